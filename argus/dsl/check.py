@@ -1,0 +1,1226 @@
+"""Semantic checks: names, types, ranks, tile shapes, compile-time-ness, launch geometry.
+
+``check_kernel`` binds compile-time parameters (defaults, overridden by ``-D``), then types every
+expression of the kernel body. It records, per AST node, the type and (when known at compile time) the
+value, plus what each name refers to. ``argus.ir.lower`` translates the checked AST into the IR using
+these tables and never re-derives a type.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from argus.dsl import ast
+from argus.dsl.diagnostics import ArgusError, Diagnostic, Span, error
+from argus.dsl.reference import REFERENCE_NAMES
+from argus.dsl.types import (
+    BOOL,
+    DTYPE_T,
+    DTYPES,
+    F32,
+    I32,
+    ITER,
+    LAMBDA,
+    LAYOUT,
+    MBARRIER,
+    NONE,
+    ROLE,
+    STR,
+    TYPEEXPR,
+    DType,
+    ElemT,
+    GlobalT,
+    OpaqueT,
+    ScalarT,
+    TileT,
+    Type,
+    promote,
+    shape_str,
+)
+
+MMA_INSTRS = ("mma.sync", "wgmma")
+SWIZZLES = (0, 32, 64, 128)
+MAX_THREADS = 1024
+NAMED_CONSTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi}
+# Builtins that are statements (their value is None); anything else used as a statement is an error.
+STATEMENT_BUILTINS = {"copy", "copy_async", "copy_bulk", "commit", "wait_async", "barrier", "store",
+                      "arrive", "wait", "expect_tx", "assert_tag"}
+ITERATORS = {"range", "pipeline", "unroll", "persistent"}
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    grid: tuple[ast.Expr, ...]  # up to 3 index expressions over runtime dims and params
+    threads: int
+    cluster: tuple[int, ...]
+    span: Span
+
+
+@dataclass
+class Checked:
+    """The result of semantic analysis of one kernel, consumed by argus.ir.lower."""
+
+    kernel: ast.Kernel
+    params: dict[str, object]
+    dims: list[str]  # runtime dims, in order of first appearance
+    tensors: dict[str, GlobalT]
+    scalars: dict[str, ScalarT]
+    launch: LaunchInfo
+    outputs: list[str]  # tensor args written by `store`
+    inputs: list[str]  # tensor args read
+    types: dict[int, Type] = field(default_factory=dict)  # id(ast node) -> type
+    consts: dict[int, object] = field(default_factory=dict)  # id(ast node) -> compile-time value
+    symbols: dict[int, str] = field(default_factory=dict)  # id(Name) -> kind of the name
+    tag_fields: set[str] = field(default_factory=set)
+
+    def type_of(self, node: ast.Expr) -> Type:
+        return self.types[id(node)]
+
+    def const(self, node: ast.Expr, default=None):
+        return self.consts.get(id(node), default)
+
+    def is_const(self, node: ast.Expr) -> bool:
+        return id(node) in self.consts
+
+
+def _fmt(t: Type) -> str:
+    return str(t)
+
+
+class _Scope:
+    def __init__(self) -> None:
+        self.vars: dict[str, tuple[str, Type]] = {}
+
+
+class _Checker:
+    def __init__(self, kernel: ast.Kernel, defines: dict[str, object]):
+        self.k = kernel
+        self.defines = dict(defines)
+        self.params: dict[str, object] = {}
+        self.dims: list[str] = []
+        self.tensors: dict[str, GlobalT] = {}
+        self.scalars: dict[str, ScalarT] = {}
+        self.types: dict[int, Type] = {}
+        self.consts: dict[int, object] = {}
+        self.symbols: dict[int, str] = {}
+        self.names: dict[str, tuple[str, Type]] = {}
+        self.outputs: list[str] = []
+        self.inputs: list[str] = []
+        self.launch: LaunchInfo | None = None
+        self.tag_fields: set[str] = set()
+        self.role_depth = 0
+        self.pipeline_depth = 0
+        self.lambda_vars: list[set[str]] = []
+
+    # ---- helpers ----
+    def err(self, code: str, msg: str, node: ast.Node | Span, *notes: str) -> ArgusError:
+        span = node if isinstance(node, Span) else node.span
+        return error(code, msg, span, *notes)
+
+    def set(self, node: ast.Expr, t: Type, value=None, has_value: bool = False) -> Type:
+        self.types[id(node)] = t
+        if has_value:
+            self.consts[id(node)] = value
+        return t
+
+    def need_const_int(self, node: ast.Expr, what: str) -> int:
+        t = self.expr(node)
+        if id(node) not in self.consts:
+            raise self.err("not-compile-time", f"{what} must be known at compile time", node,
+                           "use a literal or a `param`; runtime dims and block/thread ids are not allowed here")
+        v = self.consts[id(node)]
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise self.err("type", f"{what} must be an integer, got {_fmt(t)} {v!r}", node)
+        return v
+
+    def need_index(self, node: ast.Expr, what: str) -> ScalarT:
+        t = self.expr(node)
+        if not (isinstance(t, ScalarT) and t.dtype.kind in ("int", "uint", "bool")):
+            raise self.err("type", f"{what} must be an integer index expression, got {_fmt(t)}", node)
+        return t
+
+    # ---- kernel ----
+    def run(self) -> Checked:
+        k = self.k
+        seen: set[str] = set()
+        for a in k.args:
+            if a.name in seen:
+                raise self.err("duplicate-name", f"argument '{a.name}' is declared twice", a)
+            seen.add(a.name)
+            if a.dtype not in DTYPES:
+                raise self.err("unknown-type", f"unknown element type '{a.dtype}'", a.dtype_span,
+                               "element types: " + ", ".join(DTYPES))
+            dt = DTYPES[a.dtype]
+            if a.dims is None:
+                st = ScalarT(dt, False)
+                self.scalars[a.name] = st
+                self.names[a.name] = ("scalar", st)
+                continue
+            if not a.dims:
+                raise self.err("type", f"tensor '{a.name}' needs at least one dimension", a.dtype_span)
+            for d in a.dims:
+                if isinstance(d, str):
+                    if d in DTYPES or d in seen and d not in self.dims:
+                        raise self.err("duplicate-name", f"dimension name '{d}' clashes with an argument",
+                                       a.dtype_span)
+                    if d not in self.dims:
+                        self.dims.append(d)
+                        self.names[d] = ("dim", ScalarT(I32, False))
+            gt = GlobalT(a.name, dt, tuple(a.dims))
+            self.tensors[a.name] = gt
+            self.names[a.name] = ("tensor", gt)
+        unknown = [n for n in self.defines if n not in self.dims and n not in self.scalars
+                   and not any(isinstance(s, ast.Param) and s.name == n for s in k.body)]
+        if unknown:
+            raise self.err("unknown-define", f"-D {unknown[0]}: kernel '{k.name}' has no parameter or dimension "
+                           f"named '{unknown[0]}'", k.name_span,
+                           "parameters: " + ", ".join([s.name for s in k.body if isinstance(s, ast.Param)]
+                                                      + self.dims) or "none")
+        for d in self.dims:
+            if d in self.defines:
+                v = self.defines[d]
+                if not isinstance(v, int) or v < 1:
+                    raise self.err("bad-define", f"-D {d}={v!r}: a dimension must be a positive integer",
+                                   k.name_span)
+        self.block(k.body, top=True)
+        if self.launch is None:
+            raise self.err("missing-launch", f"kernel '{k.name}' has no launch geometry", k.name_span,
+                           "add e.g. `launch grid=(cdiv(M, BM), cdiv(N, BN)), threads=256`")
+        if k.reference is not None:
+            self.check_reference(k.reference)
+        return Checked(k, self.params, self.dims, self.tensors, self.scalars, self.launch,
+                       self.outputs, self.inputs, self.types, self.consts, self.symbols, self.tag_fields)
+
+    # ---- statements ----
+    def block(self, stmts: tuple[ast.Stmt, ...], top: bool = False) -> None:
+        for s in stmts:
+            self.stmt(s, top)
+
+    def stmt(self, s: ast.Stmt, top: bool = False) -> None:
+        if isinstance(s, ast.Param):
+            return self.param(s, top)
+        if isinstance(s, ast.Launch):
+            return self.launch_stmt(s, top)
+        if isinstance(s, ast.Pass):
+            return None
+        if isinstance(s, ast.Assign):
+            return self.assign(s)
+        if isinstance(s, ast.AugAssign):
+            return self.aug_assign(s)
+        if isinstance(s, ast.ExprStmt):
+            e = s.expr
+            if isinstance(e, ast.Call) and e.func_name in STATEMENT_BUILTINS:
+                self.expr(e)
+                return None
+            if isinstance(e, ast.Call) and e.func_name == "tag":
+                raise self.err("unused-value", "the result of tag(...) is discarded", e,
+                               "assign it: `x = tag(x, field=value)`")
+            raise self.err("unused-value", "this expression is computed and then discarded", e,
+                           "assign it to a name, or call a statement builtin such as store(...)")
+        if isinstance(s, ast.For):
+            return self.for_stmt(s)
+        if isinstance(s, ast.If):
+            t = self.expr(s.cond)
+            if not (isinstance(t, ScalarT)):
+                raise self.err("type", f"an `if` condition must be a scalar, got {_fmt(t)}", s.cond,
+                               "for per-element choices use select(cond, a, b)")
+            self.block(s.body)
+            self.block(s.orelse)
+            return None
+        if isinstance(s, ast.With):
+            return self.with_stmt(s)
+        raise self.err("unsupported", f"unsupported statement {type(s).__name__}", s)
+
+    def param(self, s: ast.Param, top: bool) -> None:
+        if not top:
+            raise self.err("param-placement", "`param` declarations belong at the top of the kernel body", s)
+        if s.name in self.names:
+            raise self.err("duplicate-name", f"'{s.name}' is already defined", s)
+        if s.name in self.defines:
+            value = self.defines[s.name]
+            span = s.span
+        else:
+            self.expr(s.default)
+            if id(s.default) not in self.consts:
+                raise self.err("not-compile-time", f"the default of param '{s.name}' must be known at compile time",
+                               s.default, "params may use literals and earlier params only")
+            value = self.consts[id(s.default)]
+            span = s.default.span
+        if s.annotation is not None:
+            want = {"int": int, "float": float, "str": str, "bool": bool}.get(s.annotation)
+            if want is None:
+                raise self.err("unknown-type", f"unknown param type '{s.annotation}'", s, "use int, float, str or bool")
+            if want is float and isinstance(value, int):
+                value = float(value)
+            if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+                raise self.err("type", f"param '{s.name}' is declared {s.annotation} but its value is {value!r}",
+                               span)
+        self.params[s.name] = value
+        t = STR if isinstance(value, str) else ScalarT(_dtype_of_py(value), True)
+        self.names[s.name] = ("param", t)
+
+    def launch_stmt(self, s: ast.Launch, top: bool) -> None:
+        if not top:
+            raise self.err("launch-placement", "`launch` belongs at the top level of the kernel body", s)
+        if self.launch is not None:
+            raise self.err("duplicate-launch", "the kernel already has a launch statement", s)
+        kw = {k.name: k for k in s.kwargs}
+        for k in s.kwargs:
+            if k.name not in ("grid", "threads", "warpgroups", "cluster"):
+                raise self.err("unknown-keyword", f"unknown launch option '{k.name}'", k,
+                               "launch takes grid=, threads= (or warpgroups=) and optionally cluster=")
+        if "grid" not in kw:
+            raise self.err("missing-launch", "launch needs grid=(...)", s)
+        g = kw["grid"].value
+        grid = g.elts if isinstance(g, ast.TupleExpr) else (g,)
+        if not 1 <= len(grid) <= 3:
+            raise self.err("launch", "grid must have 1 to 3 dimensions", g)
+        for e in grid:
+            self.need_index(e, "a grid dimension")
+        if ("threads" in kw) == ("warpgroups" in kw):
+            raise self.err("missing-launch", "launch needs exactly one of threads= or warpgroups=", s)
+        if "threads" in kw:
+            threads = self.need_const_int(kw["threads"].value, "threads")
+            node = kw["threads"].value
+        else:
+            threads = 128 * self.need_const_int(kw["warpgroups"].value, "warpgroups")
+            node = kw["warpgroups"].value
+        if not (1 <= threads <= MAX_THREADS) or threads % 32:
+            raise self.err("launch", f"threads={threads}: a block has 32..{MAX_THREADS} threads, a multiple of 32",
+                           node)
+        cluster: tuple[int, ...] = (1,)
+        if "cluster" in kw:
+            c = kw["cluster"].value
+            elts = c.elts if isinstance(c, ast.TupleExpr) else (c,)
+            cluster = tuple(self.need_const_int(e, "a cluster dimension") for e in elts)
+            if math.prod(cluster) > 16 or any(x < 1 for x in cluster):
+                raise self.err("launch", "a cluster has 1..16 blocks", c)
+        self.launch = LaunchInfo(tuple(grid), threads, cluster, s.span)
+
+    def bind(self, name: ast.Name, t: Type, node: ast.Node) -> None:
+        prev = self.names.get(name.id)
+        if prev is not None and prev[0] not in ("local",):
+            raise self.err("reassign", f"cannot assign to {prev[0]} '{name.id}'", name,
+                           "choose another name")
+        if prev is not None and prev[0] == "local" and prev[1] != t:
+            old = prev[1]
+            same_kind = type(old) is type(t) and (not isinstance(t, TileT) or
+                                                   (old.shape == t.shape and old.space == t.space))
+            if isinstance(old, ScalarT) and isinstance(t, ScalarT):
+                same_kind = True
+            if not same_kind:
+                raise self.err("type", f"'{name.id}' was {_fmt(old)} and is now assigned {_fmt(t)}", node,
+                               "a name keeps its shape; use a new name for a different tile")
+        if isinstance(t, ScalarT) and t.const:
+            t = ScalarT(t.dtype, False)  # locals are runtime values; compile-time names are `param`s
+        self.names[name.id] = ("local", t)
+        self.symbols[id(name)] = "local"
+        self.types[id(name)] = t
+
+    def assign(self, s: ast.Assign) -> None:
+        if len(s.targets) > 1:
+            if not (isinstance(s.value, ast.TupleExpr) and len(s.value.elts) == len(s.targets)):
+                raise self.err("type", f"cannot unpack into {len(s.targets)} names", s.value,
+                               "write `a, b = x, y` with as many values as names")
+            for tgt, v in zip(s.targets, s.value.elts):
+                t = self.expr(v)
+                self._check_assignable(t, v)
+                self.bind(tgt, t, v)
+            return
+        t = self.expr(s.value)
+        self._check_assignable(t, s.value)
+        if isinstance(t, TileT) and t.space == "shared" and isinstance(s.value, ast.Call) \
+                and s.value.func_name == "shared" and self.names.get(s.targets[0].id):
+            raise self.err("reassign", f"shared buffer '{s.targets[0].id}' is allocated twice", s)
+        self.bind(s.targets[0], t, s.value)
+
+    def _check_assignable(self, t: Type, node: ast.Expr) -> None:
+        if t is NONE:
+            raise self.err("type", "this call returns nothing; there is no value to assign", node)
+        if isinstance(t, OpaqueT) and t.kind in ("iter", "role", "typeexpr", "dtype"):
+            raise self.err("type", f"a {t.kind} cannot be stored in a variable", node)
+
+    def aug_assign(self, s: ast.AugAssign) -> None:
+        fake = ast.BinOp(s.span, s.op, s.target, s.value)
+        t = self.expr(fake)
+        prev = self.names.get(s.target.id)
+        if prev is None or prev[0] != "local":
+            raise self.err("reassign", f"'{s.target.id}' is not a local variable", s.target)
+        self.bind(s.target, t, s)
+        self.types[id(s)] = t
+
+    def for_stmt(self, s: ast.For) -> None:
+        it = s.iter
+        if not (isinstance(it, ast.Call) and it.func_name in ITERATORS):
+            raise self.err("type", "a for loop iterates over range(...), pipeline(...), unroll(...) "
+                           "or persistent(...)", it)
+        name = it.func_name
+        if name == "range" or name == "unroll":
+            if not 1 <= len(it.args) <= 3 or it.kwargs:
+                raise self.err("arity", f"{name} takes 1 to 3 positional arguments", it)
+            for a in it.args:
+                self.need_index(a, f"a {name} bound")
+            if len(it.args) == 3:
+                step = self.need_const_int(it.args[2], "the step of range")
+                if step == 0:
+                    raise self.err("range", "range step cannot be zero", it.args[2])
+            if name == "unroll":
+                for a in it.args:
+                    self.need_const_int(a, "an unroll bound")
+        elif name == "pipeline":
+            if len(it.args) != 1:
+                raise self.err("arity", "pipeline takes the trip count and stages=: pipeline(n, stages=S)", it)
+            self.need_index(it.args[0], "the pipeline trip count")
+            st = it.kw("stages")
+            if st is None:
+                raise self.err("arity", "pipeline needs stages=S", it)
+            stages = self.need_const_int(st.value, "stages")
+            if stages < 1:
+                raise self.err("range", "stages must be at least 1", st.value)
+            for kw in it.kwargs:
+                if kw.name != "stages":
+                    raise self.err("unknown-keyword", f"unknown pipeline option '{kw.name}'", kw)
+            waits = [c for c in s.body if isinstance(c, ast.ExprStmt) and isinstance(c.expr, ast.Call)
+                     and c.expr.func_name == "wait_async"]
+            if len(waits) != 1:
+                raise self.err("pipeline", "a pipeline loop body needs exactly one wait_async(buffers...) at its "
+                               "top level", it,
+                               "write the copies for step k, then wait_async(bufs), then the compute")
+        else:  # persistent
+            if len(it.args) != 1 or it.kwargs:
+                raise self.err("arity", "persistent takes the number of tiles: persistent(n)", it)
+            self.need_index(it.args[0], "the number of tiles")
+        self.types[id(it)] = ITER
+        prev = self.names.get(s.var)
+        if prev is not None and prev[0] != "local":
+            raise self.err("reassign", f"loop variable '{s.var}' shadows {prev[0]} '{s.var}'", s.var_span)
+        self.names[s.var] = ("loop", ScalarT(I32, False))
+        if name == "pipeline":
+            self.pipeline_depth += 1
+        self.block(s.body)
+        if name == "pipeline":
+            self.pipeline_depth -= 1
+
+    def with_stmt(self, s: ast.With) -> None:
+        c = s.context
+        if not (isinstance(c, ast.Call) and c.func_name == "role"):
+            raise self.err("type", "`with` takes role(\"producer\"|\"consumer\", warpgroups=N)", c)
+        if self.role_depth:
+            raise self.err("role", "roles cannot be nested", c)
+        if len(c.args) != 1 or not isinstance(c.args[0], ast.Const) or c.args[0].value not in ("producer", "consumer"):
+            raise self.err("role", "role's first argument is \"producer\" or \"consumer\"", c)
+        for kw in c.kwargs:
+            if kw.name not in ("warpgroups", "registers"):
+                raise self.err("unknown-keyword", f"unknown role option '{kw.name}'", kw)
+            self.need_const_int(kw.value, kw.name)
+        if c.kw("warpgroups") is None:
+            raise self.err("role", "role needs warpgroups=N", c)
+        self.types[id(c)] = ROLE
+        self.role_depth += 1
+        self.block(s.body)
+        self.role_depth -= 1
+
+    # ---- expressions ----
+    def expr(self, e: ast.Expr) -> Type:
+        t = self._expr(e)
+        self.types[id(e)] = t
+        return t
+
+    def _expr(self, e: ast.Expr) -> Type:
+        if isinstance(e, ast.Const):
+            v = e.value
+            if v is None:
+                return self.set(e, NONE, None, True)
+            if isinstance(v, str):
+                return self.set(e, STR, v, True)
+            return self.set(e, ScalarT(_dtype_of_py(v), True), v, True)
+        if isinstance(e, ast.Name):
+            return self.name(e)
+        if isinstance(e, ast.BinOp):
+            return self.binop(e)
+        if isinstance(e, ast.UnaryOp):
+            t = self.expr(e.operand)
+            if e.op == "not":
+                if not isinstance(t, ScalarT):
+                    raise self.err("type", "`not` applies to scalar conditions", e)
+                if id(e.operand) in self.consts:
+                    return self.set(e, ScalarT(BOOL, True), not self.consts[id(e.operand)], True)
+                return ScalarT(BOOL, False)
+            if not isinstance(t, (ScalarT, TileT)) or (isinstance(t, TileT) and t.space != "reg"):
+                raise self.err("type", f"cannot apply '{e.op}' to {_fmt(t)}", e,
+                               "load a tile into registers before arithmetic")
+            if id(e.operand) in self.consts:
+                v = self.consts[id(e.operand)]
+                return self.set(e, t, -v if e.op == "-" else ~v, True)
+            return t
+        if isinstance(e, (ast.Compare, ast.BoolOp)):
+            return self.compare(e)
+        if isinstance(e, ast.IfExp):
+            ct = self.expr(e.cond)
+            if not isinstance(ct, ScalarT):
+                raise self.err("type", "the condition of `a if c else b` must be a scalar", e.cond,
+                               "for tiles use select(cond, a, b)")
+            a, b = self.expr(e.then), self.expr(e.orelse)
+            if isinstance(a, ScalarT) and isinstance(b, ScalarT):
+                t = ScalarT(promote(a.dtype, b.dtype), a.const and b.const and id(e.cond) in self.consts)
+                if t.const:
+                    v = self.consts[id(e.then)] if self.consts[id(e.cond)] else self.consts[id(e.orelse)]
+                    return self.set(e, t, v, True)
+                return t
+            if a != b:
+                raise self.err("type", f"both branches must have the same type ({_fmt(a)} vs {_fmt(b)})", e)
+            return a
+        if isinstance(e, ast.TupleExpr):
+            for x in e.elts:
+                self.expr(x)
+            if all(id(x) in self.consts for x in e.elts):
+                return self.set(e, OpaqueT("tuple"), tuple(self.consts[id(x)] for x in e.elts), True)
+            return OpaqueT("tuple")
+        if isinstance(e, ast.Call):
+            return self.call(e)
+        if isinstance(e, ast.Subscript):
+            return self.subscript(e)
+        if isinstance(e, ast.Attribute):
+            return self.attribute(e)
+        if isinstance(e, ast.Lambda):
+            raise self.err("type", "a lambda is only allowed as the argument of tag(...) or assert_tag(...)", e)
+        if isinstance(e, ast.Slice):
+            raise self.err("type", "a slice is only allowed inside [...]", e)
+        raise self.err("unsupported", f"unsupported expression {type(e).__name__}", e)
+
+    def name(self, e: ast.Name) -> Type:
+        for scope in reversed(self.lambda_vars):
+            if e.id in scope:
+                self.symbols[id(e)] = "lambda"
+                return ScalarT(I32, False)
+        if e.id in self.names:
+            kind, t = self.names[e.id]
+            self.symbols[id(e)] = kind
+            if kind == "param":
+                return self.set(e, t, self.params[e.id], True)
+            return t
+        if e.id in DTYPES:
+            self.symbols[id(e)] = "dtype"
+            return self.set(e, DTYPE_T, DTYPES[e.id], True)
+        if e.id in NAMED_CONSTS:
+            self.symbols[id(e)] = "const"
+            return self.set(e, ScalarT(F32, True), NAMED_CONSTS[e.id], True)
+        if e.id in BUILTINS or e.id in ITERATORS or e.id in ("role", "tag"):
+            raise self.err("type", f"'{e.id}' is a builtin function; call it: {e.id}(...)", e)
+        near = _closest(e.id, list(self.names) + list(BUILTINS))
+        raise self.err("undefined-name", f"undefined name '{e.id}'", e,
+                       *([f"did you mean '{near}'?"] if near else []))
+
+    def binop(self, e: ast.BinOp) -> Type:
+        a, b = self.expr(e.left), self.expr(e.right)
+        if e.op == "@":
+            raise self.err("type", "'@' is only for the reference block; inside a kernel use mma(a, b, acc)", e)
+        if isinstance(a, ScalarT) and isinstance(b, ScalarT):
+            if e.op in ("<<", ">>", "&", "|", "^", "%", "//") and (a.dtype.is_float or b.dtype.is_float):
+                raise self.err("type", f"'{e.op}' needs integer operands", e)
+            dt = promote(a.dtype, b.dtype)
+            if e.op == "/" and not dt.is_float:
+                raise self.err("type", "'/' on integers is ambiguous; use '//' for index arithmetic", e,
+                               "or cast to a float type")
+            const = id(e.left) in self.consts and id(e.right) in self.consts
+            if const:
+                va, vb = self.consts[id(e.left)], self.consts[id(e.right)]
+                if e.op in ("//", "%") and vb == 0:
+                    raise self.err("division-by-zero", "division by zero in a compile-time expression", e)
+                return self.set(e, ScalarT(dt, True), _eval_bin(e.op, va, vb), True)
+            if e.op in ("//", "%") and id(e.right) in self.consts and self.consts[id(e.right)] == 0:
+                raise self.err("division-by-zero", "division by zero", e.right)
+            return ScalarT(dt, False)
+        for t, n in ((a, e.left), (b, e.right)):
+            if isinstance(t, TileT) and t.space != "reg":
+                raise self.err("type", f"arithmetic on a {t.space} tile ({_fmt(t)})", n,
+                               "load it into registers first: x = load(tile)")
+            if not isinstance(t, (ScalarT, TileT)):
+                raise self.err("type", f"cannot use {_fmt(t)} in arithmetic", n)
+        shape = self.broadcast(a, b, e)
+        dt = promote(_dt(a), _dt(b))
+        if e.op in ("<<", ">>", "&", "|", "^", "%", "//") and dt.is_float:
+            raise self.err("type", f"'{e.op}' needs integer tiles", e)
+        return TileT(dt, shape, "reg")
+
+    def broadcast(self, a: Type, b: Type, e: ast.Node) -> tuple[int, ...]:
+        sa = a.shape if isinstance(a, TileT) else ()
+        sb = b.shape if isinstance(b, TileT) else ()
+        n = max(len(sa), len(sb))
+        sa2, sb2 = (1,) * (n - len(sa)) + sa, (1,) * (n - len(sb)) + sb
+        out = []
+        for x, y in zip(sa2, sb2):
+            if x != y and 1 not in (x, y):
+                raise self.err("shape", f"tile shapes {shape_str(sa)} and {shape_str(sb)} do not broadcast", e,
+                               "use x[:, None] or x[None, :] to add a unit axis")
+            out.append(max(x, y))
+        return tuple(out)
+
+    def compare(self, e: ast.Compare | ast.BoolOp) -> Type:
+        a, b = self.expr(e.left), self.expr(e.right)
+        if isinstance(a, ElemT) or isinstance(b, ElemT):
+            raise self.err("type", "compare tag fields of elements (x[i, j].K), not the elements themselves", e)
+        if isinstance(a, ScalarT) and isinstance(b, ScalarT):
+            if id(e.left) in self.consts and id(e.right) in self.consts:
+                v = _eval_cmp(e.op, self.consts[id(e.left)], self.consts[id(e.right)])
+                return self.set(e, ScalarT(BOOL, True), v, True)
+            return ScalarT(BOOL, False)
+        if isinstance(e, ast.BoolOp):
+            raise self.err("type", f"`{e.op}` combines scalar conditions; for tiles use & and |", e)
+        for t, n in ((a, e.left), (b, e.right)):
+            if not isinstance(t, (ScalarT, TileT)) or (isinstance(t, TileT) and t.space != "reg"):
+                raise self.err("type", f"cannot compare {_fmt(t)}", n)
+        return TileT(BOOL, self.broadcast(a, b, e), "reg")
+
+    def attribute(self, e: ast.Attribute) -> Type:
+        t = self.expr(e.value)
+        if isinstance(t, ElemT):
+            self.tag_fields.add(e.attr)
+            known = {d for g in self.tensors.values() for d in g.dims if isinstance(d, str)}
+            known |= {"tensor", "step", "stage"} | self.tag_fields_declared
+            if e.attr not in known:
+                raise self.err("unknown-tag", f"unknown tag field '{e.attr}'", e,
+                               "origin tags are named by the tensors' axis names ("
+                               + ", ".join(sorted(known)) + "); add fields with tag(x, name=...)")
+            return ScalarT(I32, False)
+        if e.attr == "T":
+            if isinstance(t, TileT) and len(t.shape) == 2:
+                return TileT(t.dtype, (t.shape[1], t.shape[0]), t.space)
+            raise self.err("type", f".T transposes a 2-D tile, not {_fmt(t)}", e)
+        if e.attr == "shape" and isinstance(t, (TileT,)):
+            return self.set(e, OpaqueT("tuple"), t.shape, True)
+        raise self.err("unknown-attribute", f"{_fmt(t)} has no attribute '{e.attr}'", e,
+                       "tiles have .T and .shape; elements in tag lambdas have tag fields")
+
+    @property
+    def tag_fields_declared(self) -> set[str]:
+        out = set()
+        for n in ast.walk(self.k.body):
+            if isinstance(n, ast.Call) and n.func_name == "tag":
+                out |= {kw.name for kw in n.kwargs}
+        return out
+
+    def subscript(self, e: ast.Subscript) -> Type:
+        t = self.expr(e.value)
+        if t is DTYPE_T:
+            shape = []
+            for it in e.items:
+                if isinstance(it, ast.Slice):
+                    raise self.err("type", "a tile type takes sizes, not slices: f32[BM, BN]", it)
+                v = self.need_const_int(it, "a tile dimension")
+                if v < 1:
+                    raise self.err("shape", f"tile dimension {v} must be positive", it)
+                shape.append(v)
+            return self.set(e, TYPEEXPR, (self.consts[id(e.value)], tuple(shape)), True)
+        if isinstance(t, GlobalT):
+            return self.index_global(e, t)
+        if isinstance(t, TileT) and t.space in ("shared", "global"):
+            if self.lambda_vars and len(e.items) == len(t.shape) and not any(isinstance(i, ast.Slice)
+                                                                             for i in e.items):
+                for it in e.items:
+                    self.need_index(it, "an element index")
+                return ElemT(t.dtype)
+            return self.index_tile(e, t)
+        if isinstance(t, TileT) and t.space == "reg":
+            if self.lambda_vars and len(e.items) == len(t.shape):
+                for it in e.items:
+                    self.need_index(it, "an element index")
+                return ElemT(t.dtype)
+            shape = []
+            src = list(t.shape)
+            for it in e.items:
+                if isinstance(it, ast.Const) and it.value is None:
+                    shape.append(1)
+                elif isinstance(it, ast.Slice) and it.start is None and it.stop is None and it.length is None:
+                    if not src:
+                        raise self.err("rank", f"too many indices for {_fmt(t)}", it)
+                    shape.append(src.pop(0))
+                else:
+                    raise self.err("type", "register tiles take only ':' and None in [...] (to add unit axes)",
+                                   it, "index shared or global tiles instead, or use a reduction")
+            if src:
+                shape.extend(src)
+            return TileT(t.dtype, tuple(shape), "reg")
+        raise self.err("type", f"{_fmt(t)} cannot be indexed", e)
+
+    def index_global(self, e: ast.Subscript, t: GlobalT) -> Type:
+        if len(e.items) != len(t.dims):
+            raise self.err("rank", f"'{t.name}' has {len(t.dims)} dimensions ({', '.join(map(str, t.dims))}) but "
+                           f"{len(e.items)} indices were given", e,
+                           "index every dimension: a slice start:+length keeps it, an index drops it")
+        shape = []
+        for it, dim in zip(e.items, t.dims):
+            if isinstance(it, ast.Slice):
+                shape.append(self.slice_len(it, dim))
+            elif isinstance(it, ast.Const) and it.value is None:
+                raise self.err("type", "None (new axis) is not allowed on a global tensor", it)
+            else:
+                self.need_index(it, "an index")
+        if self.lambda_vars and not shape:
+            return ElemT(t.dtype)
+        return TileT(t.dtype, tuple(shape), "global")
+
+    def slice_len(self, it: ast.Slice, dim: str | int | None) -> int:
+        if it.length is not None:
+            self.need_index(it.start, "a slice start")
+            n = self.need_const_int(it.length, "a slice length (start:+length)")
+            if n < 1:
+                raise self.err("shape", f"slice length {n} must be positive", it.length)
+            return n
+        if it.start is None and it.stop is None:
+            if isinstance(dim, int):
+                return dim
+            raise self.err("shape", f"':' over the runtime dimension '{dim}' has no compile-time size", it,
+                           "take a tile: start:+LENGTH")
+        if it.start is not None:
+            self.expr(it.start)
+        if it.stop is not None:
+            self.expr(it.stop)
+        lo = 0 if it.start is None else self.consts.get(id(it.start))
+        hi = (dim if isinstance(dim, int) else None) if it.stop is None else self.consts.get(id(it.stop))
+        if lo is None or hi is None:
+            raise self.err("shape", "a slice start:stop needs both bounds known at compile time", it,
+                           "for a tile at a runtime offset write start:+LENGTH")
+        if hi <= lo:
+            raise self.err("shape", f"empty slice {lo}:{hi}", it)
+        if isinstance(dim, int) and (lo < 0 or hi > dim):
+            raise self.err("out-of-range", f"slice {lo}:{hi} is outside the dimension of size {dim}", it)
+        return hi - lo
+
+    def index_tile(self, e: ast.Subscript, t: TileT) -> Type:
+        if len(e.items) > len(t.shape):
+            raise self.err("rank", f"{_fmt(t)} has {len(t.shape)} dimensions but {len(e.items)} indices were given",
+                           e)
+        shape = []
+        for it, dim in zip(e.items, t.shape):
+            if isinstance(it, ast.Slice):
+                n = self.slice_len(it, dim)
+                if it.length is not None and id(it.start) in self.consts:
+                    lo = self.consts[id(it.start)]
+                    if lo < 0 or lo + n > dim:
+                        raise self.err("out-of-range", f"slice {lo}:+{n} is outside the dimension of size {dim}",
+                                       it)
+                shape.append(n)
+            else:
+                self.need_index(it, "an index")
+                if id(it) in self.consts:
+                    v = self.consts[id(it)]
+                    if not 0 <= v < dim:
+                        raise self.err("out-of-range", f"index {v} is outside the dimension of size {dim}", it)
+        shape.extend(t.shape[len(e.items):])
+        return TileT(t.dtype, tuple(shape), t.space)
+
+    # ---- calls ----
+    def call(self, e: ast.Call) -> Type:
+        name = e.func_name
+        if name is None:
+            if isinstance(e.func, ast.Attribute):
+                raise self.err("type", f"methods are not supported: write {e.func.attr}(x, ...)", e.func)
+            raise self.err("type", "only builtin functions can be called", e.func)
+        if name in self.names:
+            raise self.err("type", f"'{name}' is a {self.names[name][0]}, not a function", e.func)
+        if name in ITERATORS:
+            raise self.err("type", f"{name}(...) is only valid as the iterable of a for loop", e)
+        fn = BUILTINS.get(name)
+        if fn is None:
+            near = _closest(name, list(BUILTINS))
+            raise self.err("undefined-name", f"unknown function '{name}'", e.func,
+                           *([f"did you mean '{near}'?"] if near else []))
+        return fn(self, e)
+
+    def args(self, e: ast.Call, n_min: int, n_max: int, kws: tuple[str, ...] = ()) -> None:
+        if not n_min <= len(e.args) <= n_max:
+            want = f"{n_min}" if n_min == n_max else f"{n_min} to {n_max}"
+            raise self.err("arity", f"{e.func_name}() takes {want} positional arguments, got {len(e.args)}", e)
+        for k in e.kwargs:
+            if k.name not in kws:
+                raise self.err("unknown-keyword", f"{e.func_name}() has no option '{k.name}'", k,
+                               ("options: " + ", ".join(kws)) if kws else f"{e.func_name}() takes no options")
+
+    def tile_arg(self, node: ast.Expr, what: str, spaces: tuple[str, ...]) -> TileT:
+        t = self.expr(node)
+        if not isinstance(t, TileT) or t.space not in spaces:
+            where = " or ".join(spaces)
+            raise self.err("type", f"{what} must be a {where} tile, got {_fmt(t)}", node)
+        return t
+
+    def check_reference(self, stmts: tuple[ast.Stmt, ...]) -> None:
+        known = set(self.tensors) | set(self.scalars) | set(self.dims) | set(self.params) | set(NAMED_CONSTS)
+        assigned: set[str] = set()
+        for s in stmts:
+            if not isinstance(s, ast.Assign):
+                raise self.err("reference", "the reference block holds only assignments (NAME = expression)", s)
+            for n in ast.walk(s.value):
+                if isinstance(n, ast.Name) and n.id not in known | assigned:
+                    if not _is_called(s.value, n):
+                        raise self.err("undefined-name", f"undefined name '{n.id}' in the reference block", n)
+                if isinstance(n, ast.Call):
+                    fname = n.func_name
+                    if fname is None or fname not in REFERENCE_NAMES:
+                        raise self.err("undefined-name", f"unknown reference function '{fname}'", n.func,
+                                       "available: " + ", ".join(sorted(REFERENCE_NAMES)))
+            for tg in s.targets:
+                assigned.add(tg.id)
+        missing = [o for o in self.outputs if o not in assigned]
+        if missing:
+            raise self.err("reference", f"the reference block does not compute output '{missing[0]}'",
+                           stmts[0].span if stmts else self.k.name_span, f"add `{missing[0]} = ...`")
+
+
+def _is_called(root: ast.Expr, name: ast.Name) -> bool:
+    return any(isinstance(n, ast.Call) and n.func is name for n in ast.walk(root))
+
+
+def _dt(t: Type) -> DType:
+    return t.dtype if isinstance(t, (ScalarT, TileT)) else I32
+
+
+def _dtype_of_py(v) -> DType:
+    if isinstance(v, bool):
+        return BOOL
+    if isinstance(v, int):
+        return I32
+    return F32
+
+
+def _eval_bin(op: str, a, b):
+    if op == "//":
+        return a // b
+    if op == "%":
+        return a % b
+    return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b,
+            "**": lambda: a ** b, "<<": lambda: a << b, ">>": lambda: a >> b, "&": lambda: a & b,
+            "|": lambda: a | b, "^": lambda: a ^ b}[op]()
+
+
+def _eval_cmp(op: str, a, b) -> bool:
+    return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b,
+            "and": bool(a) and bool(b), "or": bool(a) or bool(b)}[op]
+
+
+def _closest(name: str, options: list[str]) -> str | None:
+    import difflib
+    m = difflib.get_close_matches(name, options, n=1, cutoff=0.7)
+    return m[0] if m else None
+
+
+# ---- builtins: each returns the call's type ----
+def _index_fn(kind: str):
+    def f(c: _Checker, e: ast.Call) -> Type:
+        if kind in ("block_id", "num_blocks"):
+            c.args(e, 1, 1)
+            ax = c.need_const_int(e.args[0], f"the axis of {kind}")
+            if ax not in (0, 1, 2):
+                raise c.err("range", f"{kind} axis must be 0, 1 or 2", e.args[0])
+        else:
+            c.args(e, 0, 0)
+        return ScalarT(I32, False)
+    return f
+
+
+def _cdiv(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 2, 2)
+    a, b = (c.need_index(x, "an argument of cdiv") for x in e.args)
+    if all(id(x) in c.consts for x in e.args):
+        va, vb = (c.consts[id(x)] for x in e.args)
+        if vb == 0:
+            raise c.err("division-by-zero", "cdiv by zero", e.args[1])
+        return c.set(e, ScalarT(I32, True), -(-va // vb), True)
+    return ScalarT(I32, False)
+
+
+def _minmax(kind: str):
+    def f(c: _Checker, e: ast.Call) -> Type:
+        if e.kw("axis") is not None:
+            return _reduce(kind)(c, e)
+        c.args(e, 2, 2)
+        a, b = c.expr(e.args[0]), c.expr(e.args[1])
+        if isinstance(a, ScalarT) and isinstance(b, ScalarT):
+            if all(id(x) in c.consts for x in e.args):
+                va, vb = (c.consts[id(x)] for x in e.args)
+                return c.set(e, ScalarT(promote(a.dtype, b.dtype), True), min(va, vb) if kind == "min"
+                             else max(va, vb), True)
+            return ScalarT(promote(a.dtype, b.dtype), False)
+        for t, n in ((a, e.args[0]), (b, e.args[1])):
+            if not isinstance(t, (ScalarT, TileT)) or (isinstance(t, TileT) and t.space != "reg"):
+                raise c.err("type", f"{kind}() takes register tiles or scalars, got {_fmt(t)}", n)
+        return TileT(promote(_dt(a), _dt(b)), c.broadcast(a, b, e), "reg")
+    return f
+
+
+def _reduce(kind: str):
+    def f(c: _Checker, e: ast.Call) -> Type:
+        c.args(e, 1, 1, ("axis",))
+        t = c.tile_arg(e.args[0], f"the argument of {kind}", ("reg",))
+        ak = e.kw("axis")
+        if ak is None:
+            raise c.err("arity", f"{kind}(x, axis=A) needs the axis to reduce", e)
+        ax = c.need_const_int(ak.value, "axis")
+        if not -len(t.shape) <= ax < len(t.shape):
+            raise c.err("rank", f"axis {ax} is out of range for {_fmt(t)}", ak.value)
+        ax %= len(t.shape)
+        shape = t.shape[:ax] + t.shape[ax + 1:]
+        return TileT(t.dtype, shape or (1,), "reg")
+    return f
+
+
+def _unary_math(kind: str):
+    def f(c: _Checker, e: ast.Call) -> Type:
+        c.args(e, 1, 1)
+        t = c.expr(e.args[0])
+        if isinstance(t, ScalarT):
+            if id(e.args[0]) in c.consts:
+                v = c.consts[id(e.args[0])]
+                fn = {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2,
+                      "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x), "abs": abs}[kind]
+                try:
+                    return c.set(e, ScalarT(F32 if kind != "abs" else t.dtype, True), fn(v), True)
+                except (ValueError, ZeroDivisionError):
+                    raise c.err("domain", f"{kind}({v}) is undefined", e) from None
+            return ScalarT(F32 if kind != "abs" else t.dtype, False)
+        if not isinstance(t, TileT) or t.space != "reg":
+            raise c.err("type", f"{kind}() takes a register tile or a scalar, got {_fmt(t)}", e.args[0],
+                        "load shared/global tiles into registers first")
+        if kind != "abs" and not t.dtype.is_float:
+            raise c.err("type", f"{kind}() needs a float tile, got {_fmt(t)}", e.args[0], "cast it first")
+        return t
+    return f
+
+
+def _cast(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 2, 2)
+    t = c.expr(e.args[0])
+    dt = c.expr(e.args[1])
+    if dt is not DTYPE_T:
+        raise c.err("type", "cast's second argument is an element type such as bf16", e.args[1])
+    target: DType = c.consts[id(e.args[1])]
+    if isinstance(t, ScalarT):
+        if id(e.args[0]) in c.consts:
+            v = c.consts[id(e.args[0])]
+            return c.set(e, ScalarT(target, True), float(v) if target.is_float else int(v), True)
+        return ScalarT(target, False)
+    if not isinstance(t, TileT) or t.space != "reg":
+        raise c.err("type", f"cast() takes a register tile or a scalar, got {_fmt(t)}", e.args[0])
+    return TileT(target, t.shape, "reg")
+
+
+def _select(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 3, 3)
+    ct, a, b = (c.expr(x) for x in e.args)
+    if isinstance(ct, TileT) and ct.dtype != BOOL:
+        raise c.err("type", f"select's condition must be a bool tile, got {_fmt(ct)}", e.args[0])
+    if not isinstance(ct, (ScalarT, TileT)):
+        raise c.err("type", "select's condition must be a comparison", e.args[0])
+    for t, n in ((a, e.args[1]), (b, e.args[2])):
+        if not isinstance(t, (ScalarT, TileT)) or (isinstance(t, TileT) and t.space != "reg"):
+            raise c.err("type", f"select() takes register tiles or scalars, got {_fmt(t)}", n)
+    shape = c.broadcast(ct, a, e)
+    shape = c.broadcast(TileT(BOOL, shape, "reg") if shape else ScalarT(BOOL, False), b, e)
+    dt = promote(_dt(a), _dt(b))
+    if not shape:
+        return ScalarT(dt, False)
+    return TileT(dt, shape, "reg")
+
+
+def _typeexpr(c: _Checker, node: ast.Expr, fn: str) -> tuple[DType, tuple[int, ...]]:
+    t = c.expr(node)
+    if t is not TYPEEXPR:
+        raise c.err("type", f"{fn}() takes a tile type such as f32[BM, BN]", node)
+    return c.consts[id(node)]
+
+
+def _shared(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 1, 1, ("swizzle", "layout"))
+    if c.role_depth or c.lambda_vars:
+        raise c.err("placement", "shared buffers are allocated at the top level of the kernel", e)
+    dt, shape = _typeexpr(c, e.args[0], "shared")
+    sw = e.kw("swizzle")
+    if sw is not None:
+        v = c.need_const_int(sw.value, "swizzle")
+        if v not in SWIZZLES:
+            raise c.err("swizzle", f"swizzle={v}: supported swizzles are 0, 32, 64 and 128 bytes", sw.value)
+        row_bytes = shape[-1] * dt.bytes
+        if v and row_bytes % v:
+            raise c.err("swizzle", f"swizzle={v} needs rows of a multiple of {v} bytes; this buffer's rows are "
+                        f"{row_bytes} bytes", sw.value, f"make the last dimension a multiple of {v // dt.bytes}")
+    lk = e.kw("layout")
+    if lk is not None and c.expr(lk.value) is not LAYOUT:
+        raise c.err("type", "layout= takes layout(shape, stride)", lk.value)
+    if math.prod(shape) * dt.bytes > 227 * 1024:
+        raise c.err("shared-memory", f"shared buffer of {math.prod(shape) * dt.bytes} bytes exceeds the "
+                    "227 KiB a Hopper block can have", e)
+    return TileT(dt, shape, "shared")
+
+
+def _zeros(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 1, 1, ("layout",))
+    dt, shape = _typeexpr(c, e.args[0], "zeros")
+    return TileT(dt, shape, "reg")
+
+
+def _full(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 2, 2, ("layout",))
+    dt, shape = _typeexpr(c, e.args[0], "full")
+    v = c.expr(e.args[1])
+    if not isinstance(v, ScalarT):
+        raise c.err("type", "full()'s fill value is a scalar", e.args[1])
+    return TileT(dt, shape, "reg")
+
+
+def _arange(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 1, 1)
+    n = c.need_const_int(e.args[0], "the length of arange")
+    return TileT(I32, (n,), "reg")
+
+
+def _note_read(c: _Checker, node: ast.Expr) -> None:
+    base = node
+    while isinstance(base, (ast.Subscript, ast.Attribute)):
+        base = base.value
+    if isinstance(base, ast.Name) and base.id in c.tensors and base.id not in c.inputs:
+        c.inputs.append(base.id)
+
+
+def _load(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 1, 1, ("masked",))
+    t = c.tile_arg(e.args[0], "load's source", ("global", "shared"))
+    _note_read(c, e.args[0])
+    _masked(c, e)
+    return TileT(t.dtype, t.shape, "reg")
+
+
+def _masked(c: _Checker, e: ast.Call) -> None:
+    m = e.kw("masked")
+    if m is not None:
+        c.expr(m.value)
+        if not isinstance(c.consts.get(id(m.value)), bool):
+            raise c.err("type", "masked= is True or False", m.value)
+
+
+def _copy(kind: str):
+    def f(c: _Checker, e: ast.Call) -> Type:
+        kws = ("masked",) if kind != "copy_bulk" else ("barrier",)
+        c.args(e, 2, 2, kws)
+        if c.lambda_vars:
+            raise c.err("placement", f"{kind} inside a lambda", e)
+        dst = c.expr(e.args[0])
+        src = c.expr(e.args[1])
+        _note_read(c, e.args[1])
+        for t, n, what in ((dst, e.args[0], "destination"), (src, e.args[1], "source")):
+            if not isinstance(t, TileT):
+                raise c.err("type", f"{kind}'s {what} must be a tile, got {_fmt(t)}", n)
+        if kind in ("copy_async", "copy_bulk"):
+            if src.space != "global" or dst.space != "shared":
+                raise c.err("type", f"{kind} copies a global tile into a shared tile, not {src.space} -> {dst.space}",
+                            e)
+        elif dst.space == "global":
+            raise c.err("type", "use store(dst, value) to write global memory", e)
+        elif dst.space == "reg":
+            raise c.err("type", "copy's destination is a shared tile; for registers use x = load(tile)", e)
+        if dst.shape != src.shape:
+            raise c.err("shape", f"{kind}: destination {shape_str(dst.shape)} and source {shape_str(src.shape)} differ",
+                        e)
+        if dst.dtype != src.dtype:
+            raise c.err("type", f"{kind}: destination is {dst.dtype} but source is {src.dtype}", e,
+                        "copies do not convert; cast in registers")
+        if kind == "copy_bulk":
+            b = e.kw("barrier")
+            if b is None or c.expr(b.value) is not MBARRIER:
+                raise c.err("type", "copy_bulk needs barrier=an mbarrier that the copy completes", e)
+        else:
+            _masked(c, e)
+        return NONE
+    return f
+
+
+def _commit(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 0, 0)
+    return NONE
+
+
+def _wait_async(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 1, 16)
+    first = c.expr(e.args[0])
+    if isinstance(first, ScalarT):
+        if len(e.args) != 1:
+            raise c.err("arity", "wait_async(n) takes one count, or a list of buffers", e)
+        n = c.need_const_int(e.args[0], "the number of copy groups left in flight")
+        if n < 0:
+            raise c.err("range", "wait_async(n) needs n >= 0", e.args[0])
+        return NONE
+    for a in e.args:
+        c.tile_arg(a, "wait_async's argument", ("shared",))
+    return NONE
+
+
+def _barrier(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 0, 0)
+    return NONE
+
+
+def _mbarrier(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 0, 1, ("count",))
+    k = e.kw("count")
+    if k is not None:
+        c.need_const_int(k.value, "the arrival count")
+    if e.args:
+        c.need_const_int(e.args[0], "the arrival count")
+    return MBARRIER
+
+
+def _mbar_op(kind: str):
+    def f(c: _Checker, e: ast.Call) -> Type:
+        n = {"arrive": 1, "wait": 2, "expect_tx": 2}[kind]
+        c.args(e, n, n)
+        if c.expr(e.args[0]) is not MBARRIER:
+            raise c.err("type", f"{kind}'s first argument is an mbarrier", e.args[0])
+        if n == 2:
+            c.need_index(e.args[1], "the phase" if kind == "wait" else "the byte count")
+        return NONE
+    return f
+
+
+def _store(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 2, 2, ("masked",))
+    dst = c.tile_arg(e.args[0], "store's destination", ("global",))
+    v = c.expr(e.args[1])
+    if isinstance(v, TileT):
+        if v.shape != dst.shape:
+            raise c.err("shape", f"store: destination {shape_str(dst.shape)} and value {shape_str(v.shape)} differ",
+                        e)
+        if v.dtype != dst.dtype:
+            raise c.err("type", f"store: destination is {dst.dtype} but the value is {v.dtype}", e.args[1],
+                        f"convert first: cast(x, {dst.dtype})")
+    elif not isinstance(v, ScalarT):
+        raise c.err("type", f"store's value must be a tile or a scalar, got {_fmt(v)}", e.args[1])
+    _masked(c, e)
+    base = e.args[0]
+    while isinstance(base, ast.Subscript):
+        base = base.value
+    if isinstance(base, ast.Name) and base.id not in c.outputs:
+        c.outputs.append(base.id)
+    return NONE
+
+
+def _mma(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 3, 3, ("instr",))
+    a = c.tile_arg(e.args[0], "mma's A operand", ("shared", "reg"))
+    b = c.tile_arg(e.args[1], "mma's B operand", ("shared", "reg"))
+    acc = c.tile_arg(e.args[2], "mma's accumulator", ("reg",))
+    if len(a.shape) != 2 or len(b.shape) != 2 or len(acc.shape) != 2:
+        raise c.err("rank", "mma multiplies 2-D tiles: a[M, K] @ b[K, N] + acc[M, N]", e)
+    m, k1 = a.shape
+    k2, n = b.shape
+    if k1 != k2:
+        raise c.err("shape", f"mma: A is {shape_str(a.shape)} and B is {shape_str(b.shape)}: the contracted "
+                    "dimensions differ", e)
+    if acc.shape != (m, n):
+        raise c.err("shape", f"mma: accumulator is {shape_str(acc.shape)} but A @ B is {shape_str((m, n))}",
+                    e.args[2])
+    if a.dtype != b.dtype or a.dtype.name not in ("bf16", "f16", "f8e4m3", "f8e5m2"):
+        raise c.err("type", f"mma takes bf16/f16/fp8 operands of the same type, got {a.dtype} and {b.dtype}", e)
+    if acc.dtype != F32:
+        raise c.err("type", f"mma accumulates in f32, not {acc.dtype}", e.args[2])
+    ik = e.kw("instr")
+    if ik is not None:
+        c.expr(ik.value)
+        v = c.consts.get(id(ik.value))
+        if v not in MMA_INSTRS:
+            raise c.err("mma-instr", f"instr={v!r}: choose one of " + ", ".join(f'"{x}"' for x in MMA_INSTRS),
+                        ik.value)
+    return acc
+
+
+def _shfl(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 2, 2)
+    t = c.tile_arg(e.args[0], "shfl_xor's value", ("reg",))
+    m = c.need_const_int(e.args[1], "the lane mask")
+    if not 0 < m < 32:
+        raise c.err("range", f"lane mask {m} must be in 1..31", e.args[1])
+    return t
+
+
+def _tag(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 1, 1, tuple(kw.name for kw in e.kwargs))
+    t = c.expr(e.args[0])
+    if not isinstance(t, TileT):
+        raise c.err("type", f"tag() attaches fields to a tile, got {_fmt(t)}", e.args[0])
+    if not e.kwargs:
+        raise c.err("arity", "tag(x, field=value, ...) needs at least one field", e)
+    for kw in e.kwargs:
+        if isinstance(kw.value, ast.Lambda):
+            _lambda(c, kw.value, len(t.shape), want_bool=False)
+        else:
+            c.need_index(kw.value, f"tag field '{kw.name}'")
+        c.tag_fields.add(kw.name)
+    return t
+
+
+def _lambda(c: _Checker, lam: ast.Lambda, arity: int | None, want_bool: bool) -> None:
+    if arity is not None and len(lam.params) != arity:
+        raise c.err("arity", f"this lambda takes {len(lam.params)} indices but the tile has {arity} dimensions", lam)
+    c.lambda_vars.append(set(lam.params))
+    try:
+        t = c.expr(lam.body)
+    finally:
+        c.lambda_vars.pop()
+    c.types[id(lam)] = LAMBDA
+    if want_bool and not (isinstance(t, ScalarT) and t.dtype == BOOL):
+        raise c.err("type", "an assert_tag lambda must return a condition (==, <, and, ...)", lam.body)
+
+
+def _assert_tag(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 1, 1, ("name",))
+    lam = e.args[0]
+    if not isinstance(lam, ast.Lambda):
+        raise c.err("type", "assert_tag takes a lambda over element indices: assert_tag(lambda i, j: ...)", lam)
+    _lambda(c, lam, None, want_bool=True)
+    return NONE
+
+
+def _layout(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 2, 2)
+    for a in e.args:
+        c.expr(a)
+        v = c.consts.get(id(a))
+        if not isinstance(v, (tuple, int)):
+            raise c.err("type", "layout(shape, stride) takes compile-time integer tuples", a)
+    return c.set(e, LAYOUT, (c.consts[id(e.args[0])], c.consts[id(e.args[1])]), True)
+
+
+def _compose(c: _Checker, e: ast.Call) -> Type:
+    c.args(e, 2, 2)
+    for a in e.args:
+        if c.expr(a) is not LAYOUT:
+            raise c.err("type", "compose takes two layouts", a)
+    return c.set(e, LAYOUT, ("compose", c.consts[id(e.args[0])], c.consts[id(e.args[1])]), True)
+
+
+BUILTINS = {
+    "block_id": _index_fn("block_id"), "num_blocks": _index_fn("num_blocks"),
+    "thread_id": _index_fn("thread_id"), "warp_id": _index_fn("warp_id"), "lane_id": _index_fn("lane_id"),
+    "warpgroup_id": _index_fn("warpgroup_id"),
+    "cdiv": _cdiv, "min": _minmax("min"), "max": _minmax("max"), "sum": _reduce("sum"),
+    "exp": _unary_math("exp"), "exp2": _unary_math("exp2"), "log": _unary_math("log"),
+    "log2": _unary_math("log2"), "sqrt": _unary_math("sqrt"), "rsqrt": _unary_math("rsqrt"),
+    "abs": _unary_math("abs"), "cast": _cast, "select": _select,
+    "shared": _shared, "zeros": _zeros, "full": _full, "arange": _arange, "load": _load,
+    "copy": _copy("copy"), "copy_async": _copy("copy_async"), "copy_bulk": _copy("copy_bulk"),
+    "commit": _commit, "wait_async": _wait_async, "barrier": _barrier,
+    "mbarrier": _mbarrier, "arrive": _mbar_op("arrive"), "wait": _mbar_op("wait"),
+    "expect_tx": _mbar_op("expect_tx"), "store": _store, "mma": _mma, "shfl_xor": _shfl,
+    "tag": _tag, "assert_tag": _assert_tag, "layout": _layout, "compose": _compose,
+}
+
+
+def check_kernel(kernel: ast.Kernel, defines: dict[str, object] | None = None) -> Checked:
+    """Type-check one kernel with compile-time parameters bound; raises ArgusError."""
+    return _Checker(kernel, defines or {}).run()
+
+
+def check_module(module: ast.Module, defines: dict[str, object] | None = None) -> list[Checked]:
+    if not module.kernels:
+        raise ArgusError(Diagnostic("error", "empty", "no kernel in this file", module.span,
+                                    ("declare one: kernel name(A: bf16[M, K], ...):",)))
+    return [check_kernel(k, defines) for k in module.kernels]

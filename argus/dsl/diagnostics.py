@@ -1,0 +1,106 @@
+"""Diagnostics: one renderer for every error the compiler reports.
+
+Human form (like a C compiler):
+
+    path:line:col: error: message [code]
+       14 |     acc = mma(a_s[s], b_s[s], acc)
+          |           ^^^^^^^^^^^^^^^^^^^^^^^^
+      note: ...
+
+JSON form (``--format json``) is a list of objects with the schema documented in README.md:
+``{"severity", "code", "message", "span": {"path", "line", "col", "end_line", "end_col"}, "notes": [...]}``.
+Lines and columns are 1-based; ``end_col`` is exclusive.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Span:
+    """A source range. ``end_col`` is exclusive; a zero-width span marks a point."""
+
+    path: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+    @staticmethod
+    def point(path: str, line: int, col: int) -> Span:
+        return Span(path, line, col, line, col + 1)
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "line": self.line, "col": self.col,
+                "end_line": self.end_line, "end_col": self.end_col}
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    severity: str  # "error" | "warning" | "note"
+    code: str  # stable machine-readable identifier, e.g. "syntax", "undefined-name"
+    message: str
+    span: Span | None
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"severity": self.severity, "code": self.code, "message": self.message,
+                "span": self.span.to_json() if self.span else None, "notes": list(self.notes)}
+
+
+class ArgusError(Exception):
+    """An error meant for the user: carries diagnostics, never shown as a traceback by the CLI."""
+
+    def __init__(self, diagnostics: Diagnostic | list[Diagnostic]):
+        self.diagnostics = [diagnostics] if isinstance(diagnostics, Diagnostic) else list(diagnostics)
+        super().__init__(self.diagnostics[0].message if self.diagnostics else "error")
+
+
+def error(code: str, message: str, span: Span | None, *notes: str) -> ArgusError:
+    return ArgusError(Diagnostic("error", code, message, span, tuple(notes)))
+
+
+@dataclass
+class SourceMap:
+    """Source texts by path, so diagnostics can quote the offending line."""
+
+    texts: dict[str, str] = field(default_factory=dict)
+
+    def add(self, path: str, text: str) -> None:
+        self.texts[path] = text
+
+    def line(self, path: str, line: int) -> str | None:
+        text = self.texts.get(path)
+        if text is None:
+            return None
+        lines = text.splitlines()
+        return lines[line - 1] if 1 <= line <= len(lines) else None
+
+
+SOURCES = SourceMap()  # every parsed file registers itself here
+
+
+def render(diag: Diagnostic, sources: SourceMap = SOURCES) -> str:
+    out = []
+    loc = f"{diag.span.path}:{diag.span.line}:{diag.span.col}: " if diag.span else ""
+    out.append(f"{loc}{diag.severity}: {diag.message} [{diag.code}]")
+    if diag.span is not None:
+        text = sources.line(diag.span.path, diag.span.line)
+        if text is not None:
+            num = str(diag.span.line)
+            gutter = " " * (len(num) + 1)
+            out.append(f" {num} | {text.rstrip()}")
+            end = diag.span.end_col if diag.span.end_line == diag.span.line else len(text.rstrip()) + 1
+            width = max(1, end - diag.span.col)
+            out.append(f"{gutter} | {' ' * (diag.span.col - 1)}{'^' * width}")
+    for note in diag.notes:
+        out.extend(f"  {line}" for line in note.splitlines())
+    return "\n".join(out)
+
+
+def render_all(diags: list[Diagnostic], fmt: str = "text", sources: SourceMap = SOURCES) -> str:
+    if fmt == "json":
+        return json.dumps([d.to_json() for d in diags], indent=2)
+    return "\n".join(render(d, sources) for d in diags)

@@ -1,0 +1,48 @@
+"""Kernels inside Python: `@argus.kernel` on a `def` whose body is Argus source, and `argus.load(path)`.
+
+The decorated function is never executed: its source is read with `inspect`, and parsed with the same
+grammar as a `.arg` file. Python spellings the grammar accepts: `def` for `kernel`, `BM = param(128)`,
+`launch(grid=..., threads=...)`, string annotations `A: "bf16[M, K]"` (or plain ones under
+`from __future__ import annotations`), and a final `with reference:` block. Diagnostics point at the
+line of the `.py` file.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+from pathlib import Path
+
+from argus.dsl import ast
+from argus.dsl.diagnostics import SOURCES, error
+from argus.dsl.parser import parse, parse_file
+
+
+def source_of_function(fn) -> tuple[ast.Module, str]:
+    try:
+        lines, first = inspect.getsourcelines(fn)
+        path = inspect.getsourcefile(fn) or "<python>"
+    except (OSError, TypeError):
+        raise error("io", f"cannot read the source of {getattr(fn, '__name__', fn)!r}", None,
+                    "@argus.kernel needs a function defined in a file (not typed at the REPL)") from None
+    text = "".join(lines)
+    # drop decorator lines but keep line numbers: blank them out
+    out = []
+    seen_def = False
+    for line in text.splitlines(keepends=True):
+        if not seen_def and line.lstrip().startswith("@"):
+            out.append("\n")
+            continue
+        seen_def = seen_def or line.lstrip().startswith("def ")
+        out.append(line)
+    body = textwrap.dedent("".join(out))
+    padded = "\n" * (first - 1) + body
+    try:
+        SOURCES.add(path, Path(path).read_text())
+    except OSError:
+        SOURCES.add(path, padded)
+    return parse(padded, path, register=False), path
+
+
+def module_from_path(path: str | Path) -> ast.Module:
+    return parse_file(path)

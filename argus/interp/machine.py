@@ -1,0 +1,428 @@
+"""The NumPy interpreter: executes the IR the way the GPU does, one block at a time.
+
+Faithful where it matters for correctness:
+- the grid of blocks, each with its own shared memory, filled with NaN at launch so that reading a
+  buffer before data landed in it gives NaN (deterministically wrong), never the right answer;
+- threads of a block are vectorised: tile operations act for all threads at once, and hardware
+  indices (thread_id, warp_id, ...) evaluate to one value per thread;
+- cp.async copies read their source when issued but land in shared memory only when a
+  `wait_group` retires their commit group; bulk (TMA) copies land when their mbarrier phase completes;
+- out-of-bounds elements of a masked access read as zero / are not written; an unmasked
+  out-of-bounds access, or an index outside a shared buffer, stops with an error naming the block,
+  the thread and the element;
+- warp-specialised roles run as coroutines that switch at mbarrier waits; if every role is blocked,
+  the interpreter reports a deadlock.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from argus.dsl.diagnostics import ArgusError, Diagnostic, Span
+from argus.dsl.types import ScalarT, TileT
+from argus.interp.numerics import round_to, storage_dtype
+from argus.ir import nodes as ir
+
+VECTOR_BYTES = 16  # a thread copies 16-byte vectors (cp.async / ld.global.v4)
+
+
+class InterpError(ArgusError):
+    """A runtime fault found by the interpreter (out of bounds, deadlock, ...)."""
+
+    def __init__(self, code: str, message: str, span: Span | None, *notes: str, details: dict | None = None):
+        super().__init__(Diagnostic("error", code, message, span, tuple(notes)))
+        self.details = details or {}
+
+
+@dataclass
+class _Mbarrier:
+    """An mbarrier phase completes when `count` arrivals happened and every expected byte was issued."""
+
+    count: int
+    arrivals: int = 0
+    tx_expected: int = 0
+    tx_issued: int = 0
+    completed: int = 0  # completed phases; the current phase's parity is completed % 2
+    pending: list = field(default_factory=list)  # bulk copies that land when the phase completes
+
+    def maybe_complete(self, land) -> None:
+        if self.arrivals >= self.count and self.tx_issued >= self.tx_expected:
+            for cp in self.pending:
+                land(cp)
+            self.pending.clear()
+            self.arrivals = self.tx_expected = self.tx_issued = 0
+            self.completed += 1
+
+
+@dataclass
+class _Copy:
+    buffer: str
+    index: tuple  # NumPy index into the shared buffer
+    data: np.ndarray
+    span: Span | None
+
+
+class _Blocked(Exception):
+    pass
+
+
+class BlockMachine:
+    """Executes the kernel body for one block."""
+
+    def __init__(self, kernel: ir.Kernel, globals_: dict[str, np.ndarray], dims: dict[str, int],
+                 scalars: dict[str, float], block: tuple[int, int, int], grid: tuple[int, int, int]):
+        self.k = kernel
+        self.g = globals_
+        self.block = block
+        self.grid = grid
+        self.env: dict[str, object] = {**dims, **scalars}
+        self.shared: dict[str, np.ndarray] = {}
+        self.shared_types: dict[str, ir.AllocShared] = {}
+        self.mbar: dict[str, _Mbarrier] = {}
+        self.uncommitted: list[_Copy] = []
+        self.groups: list[list[_Copy]] = []
+        self.threads = kernel.threads
+        self.epoch = 0  # barrier count, for diagnostics
+        self.progress = 0  # statements executed; unchanged over a round of roles means deadlock
+
+    # ---- driver ----
+    def run(self) -> None:
+        gen = self.exec_block(self.k.body)
+        for _ in gen:
+            raise InterpError("deadlock", "the block waits on an mbarrier that nothing will complete",
+                              None, f"block {self.block}")
+
+    # ---- statements (generators: they yield when blocked on an mbarrier) ----
+    def exec_block(self, stmts: tuple[ir.Stmt, ...]) -> Iterator[None]:
+        i = 0
+        while i < len(stmts):
+            s = stmts[i]
+            if isinstance(s, ir.Role):
+                j = i
+                while j < len(stmts) and isinstance(stmts[j], ir.Role):
+                    j += 1
+                yield from self.exec_roles(stmts[i:j])
+                i = j
+                continue
+            yield from self.exec_stmt(s)
+            i += 1
+
+    def exec_roles(self, roles: tuple[ir.Role, ...]) -> Iterator[None]:
+        """Run warp-specialised roles as coroutines; each yields when blocked on an mbarrier."""
+        saved = self.threads
+        live = [(r, self.exec_block(r.body)) for r in roles]
+        while live:
+            before = self.progress
+            for item in list(live):
+                r, gen = item
+                self.threads = r.warpgroups * 128
+                try:
+                    next(gen)
+                except StopIteration:
+                    live.remove(item)
+            self.threads = saved
+            if live and self.progress == before:
+                yield  # every role is blocked: only an enclosing role could unblock them
+
+    def exec_stmt(self, s: ir.Stmt) -> Iterator[None]:
+        self.progress += 1
+        if isinstance(s, ir.Let):
+            self.env[s.name] = self.eval(s.value)
+        elif isinstance(s, ir.AllocShared):
+            self.shared[s.name] = np.full(s.shape, np.nan if s.dtype.is_float else 0, storage_dtype(s.dtype))
+            self.shared_types[s.name] = s
+        elif isinstance(s, ir.AllocBarrier):
+            self.mbar[s.name] = _Mbarrier(s.count)
+        elif isinstance(s, ir.Copy):
+            self.copy(s)
+        elif isinstance(s, ir.Commit):
+            self.groups.append(self.uncommitted)
+            self.uncommitted = []
+        elif isinstance(s, ir.WaitGroup):
+            keep = s.n
+            land = self.groups[:-keep] if keep else self.groups
+            for grp in land:
+                for cp in grp:
+                    self.land(cp)
+            self.groups = self.groups[-keep:] if keep else []
+        elif isinstance(s, ir.Barrier):
+            self.epoch += 1
+        elif isinstance(s, ir.Store):
+            self.store(s)
+        elif isinstance(s, ir.For):
+            start, stop, step = (int(self.scalar(x)) for x in (s.start, s.stop, s.step))
+            for v in range(start, stop, step):
+                self.env[s.var] = v
+                yield from self.exec_block(s.body)
+        elif isinstance(s, ir.If):
+            c = self.scalar(s.cond)
+            yield from self.exec_block(s.then if c else s.orelse)
+        elif isinstance(s, ir.AssertTag):
+            pass  # tag relations are proved statically by argus.analysis, not checked at run time
+        elif isinstance(s, ir.Arrive):
+            mb = self.mbar[s.barrier]
+            mb.arrivals += 1
+            mb.maybe_complete(self.land)
+        elif isinstance(s, ir.ExpectTx):
+            mb = self.mbar[s.barrier]
+            mb.tx_expected += int(self.scalar(s.nbytes))
+            mb.arrivals += 1
+            mb.maybe_complete(self.land)
+        elif isinstance(s, ir.WaitBarrier):
+            mb = self.mbar[s.barrier]
+            parity = int(self.scalar(s.phase)) & 1
+            while mb.completed % 2 == parity:  # the phase of this parity has not completed yet
+                yield
+        elif isinstance(s, ir.PipelineFor):
+            raise InterpError("internal", "pipeline loop was not expanded", s.span)
+        else:
+            raise InterpError("unsupported", f"the interpreter cannot execute {type(s).__name__}", s.span)
+
+    # ---- memory ----
+    def resolve(self, r: ir.Ref, span: Span | None, *, masked: bool, for_write: bool = False):
+        """Concrete view of a Ref: (array, numpy index for the in-bounds part, tile shape, tile index)."""
+        starts = [int(self.scalar(s)) for s in r.starts]
+        arr = self.g[r.base] if r.space == "global" else self.shared[r.base]
+        src_idx, dst_idx, shape = [], [], []
+        for ax, (st, ext) in enumerate(zip(starts, r.extents)):
+            size = arr.shape[ax]
+            if ext is None:
+                if not 0 <= st < size:
+                    self._oob(r, span, ax, st, size, starts)
+                src_idx.append(st)
+                continue
+            lo, hi = max(st, 0), min(st + ext, size)
+            if (lo != st or hi != st + ext) and (r.space == "shared" or not masked):
+                bad = st if lo != st else size
+                self._oob(r, span, ax, bad, size, starts)
+            src_idx.append(slice(lo, max(lo, hi)))
+            dst_idx.append(slice(lo - st, max(lo, hi) - st))
+            shape.append(ext)
+        return arr, tuple(src_idx), tuple(shape), tuple(dst_idx)
+
+    def _oob(self, r: ir.Ref, span, axis: int, index: int, size: int, starts) -> None:
+        # The first offending element of the tile and the thread that would touch it.
+        tile_coord = []
+        for ax, (st, ext) in enumerate(zip(starts, r.extents)):
+            if ext is None:
+                continue
+            tile_coord.append(index - st if ax == axis else 0)
+        kept = [e for e in r.extents if e is not None]
+        flat = int(np.ravel_multi_index(tuple(min(c, n - 1) for c, n in zip(tile_coord, kept)), kept)) \
+            if kept else 0
+        vec = max(1, VECTOR_BYTES // r.dtype.bytes)
+        thread = (flat // vec) % self.threads
+        where = "global tensor" if r.space == "global" else "shared buffer"
+        coords = list(starts)
+        coords[axis] = index
+        raise InterpError(
+            "out-of-bounds", f"out-of-bounds access to {where} '{r.base}': index {index} on axis {axis} "
+            f"(size {size})", span or r.span,
+            f"block {self.block} | thread {thread} (warp {thread // 32}, lane {thread % 32}) | "
+            f"element {r.base}[{', '.join(map(str, coords))}]",
+            "mask the access (the default) or keep the tile inside the tensor",
+            details={"block": self.block, "thread": thread, "tensor": r.base, "element": coords, "axis": axis})
+
+    def read(self, r: ir.Ref, span, masked: bool) -> np.ndarray:
+        arr, src, shape, dst = self.resolve(r, span, masked=masked)
+        if r.space == "global" and any(d.stop - d.start != n for d, n in zip(dst, shape)):
+            out = np.zeros(shape, arr.dtype)
+            out[dst] = arr[src]
+        else:
+            out = np.array(arr[src], copy=True)
+        return out.T if r.transposed else out
+
+    def copy(self, s: ir.Copy) -> None:
+        if isinstance(s.src, ir.Ref):
+            data = self.read(s.src, s.span, s.masked)
+        else:
+            data = np.broadcast_to(self.eval(s.src), s.dst.shape)
+        arr, idx, shape, _ = self.resolve(s.dst, s.span, masked=False, for_write=True)
+        data = round_to(data, s.dst.dtype)
+        if s.dst.transposed:
+            data = data.T
+        cp = _Copy(s.dst.base, idx, data, s.span)
+        if s.mode == "sync":
+            self.land(cp)
+        elif s.mode == "async":
+            self.uncommitted.append(cp)
+        else:
+            mb = self.mbar[s.barrier]
+            mb.pending.append(cp)
+            mb.tx_issued += data.size * s.dst.dtype.bytes
+            mb.maybe_complete(self.land)
+
+    def land(self, cp: _Copy) -> None:
+        self.shared[cp.buffer][cp.index] = cp.data
+
+    def store(self, s: ir.Store) -> None:
+        value = self.eval(s.value)
+        arr, src, shape, dst = self.resolve(s.dst, s.span, masked=s.masked, for_write=True)
+        value = np.broadcast_to(round_to(value, s.dst.dtype), shape)
+        if s.dst.transposed:
+            value = value.T
+        arr[src] = value[dst]
+
+    # ---- expressions ----
+    def scalar(self, e: ir.Expr):
+        v = self.eval(e)
+        if isinstance(v, np.ndarray):
+            if v.ndim == 1 and v.shape[0] == self.threads and np.all(v == v[0]):
+                return v[0].item()
+            raise InterpError("unsupported", "this value differs between threads; the interpreter needs it "
+                              "uniform here (control flow and tile offsets are per block)", e.span)
+        return v
+
+    def eval(self, e: ir.Expr):
+        m = getattr(self, "_e_" + type(e).__name__)
+        return m(e)
+
+    def _e_Const(self, e: ir.Const):
+        return e.value
+
+    def _e_Var(self, e: ir.Var):
+        try:
+            return self.env[e.name]
+        except KeyError:
+            raise InterpError("uninitialised", f"'{e.name}' is used before it has a value", e.span) from None
+
+    def _e_Special(self, e: ir.Special):
+        t = np.arange(self.threads)
+        return {"block_id": lambda: self.block[e.axis], "num_blocks": lambda: self.grid[e.axis],
+                "thread_id": lambda: t, "warp_id": lambda: t // 32, "lane_id": lambda: t % 32,
+                "warpgroup_id": lambda: t // 128}[e.kind]()
+
+    def _e_Bin(self, e: ir.Bin):
+        a, b = self.eval(e.a), self.eval(e.b)
+        return _binop(e.op, a, b, e)
+
+    def _e_Un(self, e: ir.Un):
+        a = self.eval(e.a)
+        if e.op == "-":
+            return -a
+        if e.op == "~":
+            return ~a
+        return not a if not isinstance(a, np.ndarray) else np.logical_not(a)
+
+    def _e_Cmp(self, e: ir.Cmp):
+        if e.op in ("and", "or"):
+            a = self.scalar(e.a)
+            if e.op == "and":
+                return bool(a) and bool(self.scalar(e.b))
+            return bool(a) or bool(self.scalar(e.b))
+        a, b = self.eval(e.a), self.eval(e.b)
+        r = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
+             ">=": np.greater_equal}[e.op](a, b)
+        return bool(r) if np.ndim(r) == 0 else r
+
+    def _e_Select(self, e: ir.Select):
+        c = self.eval(e.cond)
+        if np.ndim(c) == 0:
+            return self.eval(e.a) if c else self.eval(e.b)
+        out = np.where(c, self.eval(e.a), self.eval(e.b))
+        return round_to(out, e.type.dtype) if isinstance(e.type, TileT) else out
+
+    def _e_Math(self, e: ir.Math):
+        args = [self.eval(a) for a in e.args]
+        fn = e.fn
+        if fn == "cast":
+            return round_to(args[0], e.type.dtype) if isinstance(e.type, TileT) else \
+                (float(args[0]) if e.type.dtype.is_float else int(args[0]))
+        if fn == "cdiv":
+            return -(-args[0] // args[1])
+        if fn in ("min", "max"):
+            if all(np.ndim(a) == 0 for a in args):
+                return min(args) if fn == "min" else max(args)
+            out = (np.minimum if fn == "min" else np.maximum)(*args)
+            return round_to(out, e.type.dtype)
+        f = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
+             "rsqrt": lambda x: 1.0 / np.sqrt(x), "abs": np.abs}[fn]
+        with np.errstate(all="ignore"):
+            out = f(np.asarray(args[0], dtype=np.float32) if fn != "abs" else args[0])
+        if isinstance(e.type, TileT):
+            return round_to(out, e.type.dtype)
+        return out.item() if isinstance(out, np.ndarray) else out
+
+    def _e_Reduce(self, e: ir.Reduce):
+        x = self.eval(e.x)
+        f = {"sum": np.sum, "max": np.max, "min": np.min}[e.op]
+        out = f(x, axis=e.axis)
+        return round_to(np.reshape(out, e.type.shape), e.type.dtype)
+
+    def _e_Full(self, e: ir.Full):
+        return np.full(e.type.shape, round_to(self.scalar(e.value), e.type.dtype), storage_dtype(e.type.dtype))
+
+    def _e_Arange(self, e: ir.Arange):
+        return np.arange(e.type.shape[0], dtype=np.int32)
+
+    def _e_Load(self, e: ir.Load):
+        return self.read(e.ref, e.span, e.masked)
+
+    def _operand(self, x) -> np.ndarray:
+        return self.read(x, x.span, True) if isinstance(x, ir.Ref) else self.eval(x)
+
+    def _e_Mma(self, e: ir.Mma):
+        a = self._operand(e.a).astype(np.float32)
+        b = self._operand(e.b).astype(np.float32)
+        acc = self.eval(e.acc)
+        with np.errstate(all="ignore"):
+            return (acc + a @ b).astype(np.float32)
+
+    def _e_Shfl(self, e: ir.Shfl):
+        raise InterpError("unsupported", "shfl_xor is not supported by the interpreter yet", e.span,
+                          "use a reduction along an axis (max(x, axis=1)) instead")
+
+    def _e_Reshape(self, e: ir.Reshape):
+        return np.reshape(self.eval(e.x), e.type.shape)
+
+    def _e_Transpose(self, e: ir.Transpose):
+        return np.ascontiguousarray(self.eval(e.x).T)
+
+    def _e_Tag(self, e: ir.Tag):
+        return self.eval(e.x)
+
+
+def _binop(op: str, a, b, e: ir.Expr):
+    tile = isinstance(e.type, TileT)
+    if op == "//":
+        r = np.floor_divide(a, b) if tile else a // b
+    elif op == "%":
+        r = np.mod(a, b) if tile else a % b
+    elif op == "/":
+        with np.errstate(all="ignore"):
+            r = np.divide(a, b) if tile else a / b
+    else:
+        with np.errstate(all="ignore"):
+            r = {"+": np.add, "-": np.subtract, "*": np.multiply, "**": np.power, "<<": np.left_shift,
+                 ">>": np.right_shift, "&": np.bitwise_and, "|": np.bitwise_or, "^": np.bitwise_xor}[op](a, b)
+    if tile:
+        return round_to(r, e.type.dtype)
+    if isinstance(e.type, ScalarT) and not e.type.dtype.is_float and not isinstance(r, np.ndarray):
+        return int(r)
+    return r.item() if isinstance(r, np.generic) else r
+
+
+def grid_size(kernel: ir.Kernel, dims: dict[str, int], scalars: dict[str, float]) -> tuple[int, int, int]:
+    m = BlockMachine(kernel, {}, dims, scalars, (0, 0, 0), (1, 1, 1))
+    g = [int(m.scalar(x)) for x in kernel.grid]
+    for v, x in zip(g, kernel.grid):
+        if v < 1:
+            raise InterpError("launch", f"the grid has {v} blocks along an axis", x.span,
+                              "check the dims: every grid dimension must be at least 1")
+    return tuple(g + [1] * (3 - len(g)))
+
+
+def execute(kernel: ir.Kernel, arrays: dict[str, np.ndarray], dims: dict[str, int],
+            scalars: dict[str, float] | None = None, blocks=None) -> None:
+    """Run every block of the grid (or just `blocks`) over `arrays` in place."""
+    scalars = scalars or {}
+    grid = grid_size(kernel, dims, scalars)
+    order = blocks if blocks is not None else itertools.product(*(range(n) for n in grid))
+    for b in order:
+        bz = tuple(b) + (0,) * (3 - len(b))
+        BlockMachine(kernel, arrays, dims, scalars, bz, grid).run()
+

@@ -1,0 +1,133 @@
+"""Run a kernel in the interpreter on fresh random inputs and compare with its `reference:` block."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from argus.dsl.diagnostics import error
+from argus.dsl.reference import evaluate_reference
+from argus.interp.machine import execute
+from argus.interp.numerics import element_tolerance, round_to, storage_dtype, tolerance
+from argus.ir import nodes as ir
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    name: str
+    rel_error: float  # ||out - ref||_F / ||ref||_F in float64
+    max_abs_error: float
+    nonfinite: int  # NaN/inf elements in the output (poison left unwritten shows up here)
+    tolerance: float
+    bad: int  # elements off by more than the per-element bound (or non-finite)
+    first_bad: tuple[tuple[int, ...], float, float] | None  # (index, output, reference)
+
+    @property
+    def ok(self) -> bool:
+        return self.bad == 0 and self.rel_error <= self.tolerance
+
+    def describe(self) -> str:
+        s = f"{self.name}: relative error {self.rel_error:.2e} (tolerance {self.tolerance:.0e})"
+        if self.bad:
+            idx, got, want = self.first_bad
+            s += (f"; {self.bad} wrong element{'s' if self.bad > 1 else ''}, first "
+                  f"{self.name}[{', '.join(map(str, idx))}] = {got:.6g} vs reference {want:.6g}")
+        return s
+
+
+@dataclass(frozen=True)
+class RunResult:
+    checks: tuple[OutputCheck, ...]
+    seconds: float
+    arrays: dict[str, np.ndarray]
+    reference: dict[str, np.ndarray]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+
+def resolve_dims(kernel: ir.Kernel, defines: dict[str, object]) -> dict[str, int]:
+    missing = [d for d in kernel.dims if d not in defines]
+    if missing:
+        raise error("missing-dim", f"no value for dimension{'s' if len(missing) > 1 else ''} "
+                    f"{', '.join(missing)}", kernel.span,
+                    "give every runtime dimension with -D, e.g. " + " ".join(f"-D {d}=256" for d in missing))
+    return {d: int(defines[d]) for d in kernel.dims}
+
+
+def resolve_scalars(kernel: ir.Kernel, defines: dict[str, object]) -> dict[str, float]:
+    out = {}
+    for s in kernel.scalars:
+        if s.name in defines:
+            out[s.name] = defines[s.name]
+        elif s.default is not None:
+            out[s.name] = s.default
+        else:
+            raise error("missing-scalar", f"no value for scalar argument '{s.name}'", kernel.span,
+                        f"give it with -D {s.name}=VALUE or declare a default: {s.name}: {s.dtype} = VALUE")
+    return out
+
+
+def shape_of(t: ir.TensorDecl, dims: dict[str, int]) -> tuple[int, ...]:
+    return tuple(d if isinstance(d, int) else dims[d] for d in t.dims)
+
+
+def make_arrays(kernel: ir.Kernel, dims: dict[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Fresh random inputs (never zeros) rounded to their dtype; outputs poisoned with NaN (or -1)."""
+    arrays = {}
+    for t in kernel.tensors:
+        shape = shape_of(t, dims)
+        if t.name in kernel.outputs and t.name not in kernel.inputs:
+            poison = np.nan if t.dtype.is_float else -1
+            arrays[t.name] = np.full(shape, poison, storage_dtype(t.dtype))
+        elif t.dtype.is_float:
+            arrays[t.name] = round_to(rng.standard_normal(shape), t.dtype)
+        else:
+            arrays[t.name] = rng.integers(0, 8, size=shape).astype(storage_dtype(t.dtype))
+    return arrays
+
+
+def compare(name: str, out: np.ndarray, ref, dtype) -> OutputCheck:
+    out64 = np.asarray(out, dtype=np.float64)
+    ref64 = np.broadcast_to(np.asarray(ref, dtype=np.float64), out64.shape)
+    finite = np.isfinite(out64)
+    nonfinite = int(out64.size - finite.sum()) - int((~np.isfinite(ref64) & ~finite).sum())
+    diff = np.where(finite, out64 - ref64, 0.0)
+    denom = float(np.linalg.norm(ref64[np.isfinite(ref64)])) or 1.0
+    rel = float(np.linalg.norm(diff)) / denom
+    mx = float(np.max(np.abs(diff))) if diff.size else 0.0
+    # Per element: rounding to the output dtype plus fp32 accumulation, relative to the element and to
+    # the tensor's RMS (so near-zero elements are not held to an impossible relative bound).
+    rms = float(np.sqrt(np.mean(ref64[np.isfinite(ref64)] ** 2))) if ref64.size else 0.0
+    bound = element_tolerance(dtype) * (np.abs(ref64) + rms)
+    wrong = ~(np.abs(out64 - ref64) <= bound) & ~(np.isinf(ref64) & (out64 == ref64))
+    bad = int(wrong.sum())
+    first = None
+    if bad:
+        idx = tuple(int(i) for i in np.argwhere(wrong)[0])
+        first = (idx, float(out64[idx]), float(ref64[idx]))
+    return OutputCheck(name, rel, mx, max(0, nonfinite), tolerance(dtype), bad, first)
+
+
+def run_interp(kernel: ir.Kernel, defines: dict[str, object], seed: int | None = None,
+               arrays: dict[str, np.ndarray] | None = None) -> RunResult:
+    if kernel.reference is None:
+        raise error("no-reference", f"kernel '{kernel.name}' has no reference: block to compare with", kernel.span,
+                    "add `reference:` after the kernel body with NumPy code computing its outputs")
+    dims = resolve_dims(kernel, defines)
+    scalars = resolve_scalars(kernel, defines)
+    rng = np.random.default_rng(seed)
+    arrays = arrays if arrays is not None else make_arrays(kernel, dims, rng)
+    env = {n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy() for n, a in arrays.items()}
+    env.update(dims)
+    env.update(kernel.param_dict)
+    env.update(scalars)
+    t0 = time.perf_counter()
+    execute(kernel, arrays, dims, scalars)
+    seconds = time.perf_counter() - t0
+    ref_env = evaluate_reference(kernel.reference, env)
+    checks = tuple(compare(o, arrays[o], ref_env[o], kernel.tensor(o).dtype) for o in kernel.outputs)
+    return RunResult(checks, seconds, arrays, {o: np.asarray(ref_env[o]) for o in kernel.outputs})

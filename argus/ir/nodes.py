@@ -1,0 +1,357 @@
+"""The lowered program: the one form read by the interpreter, the verifier and the code generator.
+
+Compile-time parameters are bound (they appear only as constants), names are resolved, every
+expression carries its type, and `pipeline` loops are expanded into an explicit schedule of async
+copies, commit groups, waits and barriers (argus/ir/passes/pipeline.py). Every node keeps the source
+span it came from, so all three consumers report against the `.arg` line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from argus.dsl import ast as dsl_ast
+from argus.dsl.diagnostics import Span
+from argus.dsl.types import DType, ScalarT, TileT, Type
+
+
+# ---- expressions ----
+@dataclass(frozen=True)
+class Expr:
+    type: Type
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    value: int | float | bool | None = None
+
+
+@dataclass(frozen=True)
+class Var(Expr):
+    """A local, a loop variable, a runtime dimension or a scalar argument."""
+
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Special(Expr):
+    """Hardware indices: block_id(axis), num_blocks(axis), thread_id, warp_id, lane_id, warpgroup_id."""
+
+    kind: str = ""
+    axis: int = 0
+
+
+@dataclass(frozen=True)
+class Bin(Expr):
+    op: str = ""
+    a: Expr | None = None
+    b: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Un(Expr):
+    op: str = ""  # "-", "~", "not"
+    a: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Cmp(Expr):
+    op: str = ""  # == != < <= > >= and or
+    a: Expr | None = None
+    b: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Select(Expr):
+    cond: Expr | None = None
+    a: Expr | None = None
+    b: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Math(Expr):
+    """Elementwise or scalar function: exp exp2 log log2 sqrt rsqrt abs min max cdiv cast."""
+
+    fn: str = ""
+    args: tuple[Expr, ...] = ()
+
+
+@dataclass(frozen=True)
+class Reduce(Expr):
+    op: str = ""  # sum | max | min
+    x: Expr | None = None
+    axis: int = 0
+
+
+@dataclass(frozen=True)
+class Full(Expr):
+    """A register tile filled with a value (zeros/full); shape and dtype are in `type`."""
+
+    value: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Arange(Expr):
+    pass
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A view of a global tensor or a shared buffer.
+
+    Per axis of the base: `starts[i]` is the first index and `extents[i]` the tile length, or None
+    when the axis is indexed by `starts[i]` and dropped. `transposed` swaps the two kept axes (a 2-D
+    view read as its transpose, e.g. K-tile.T in attention).
+    """
+
+    space: str  # "global" | "shared"
+    base: str
+    starts: tuple[Expr, ...]
+    extents: tuple[int | None, ...]
+    dtype: DType
+    transposed: bool = False
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        s = tuple(e for e in self.extents if e is not None)
+        return s[::-1] if self.transposed else s
+
+
+@dataclass(frozen=True)
+class Load(Expr):
+    ref: Ref | None = None
+    masked: bool = True
+
+
+@dataclass(frozen=True)
+class Mma(Expr):
+    """acc + a @ b with a chosen instruction; a and b are shared views (Ref) or register tiles."""
+
+    a: Ref | Expr | None = None
+    b: Ref | Expr | None = None
+    acc: Expr | None = None
+    instr: str = "mma.sync"
+    layout: FragmentLayout | None = None  # set by the layout-assignment pass
+
+
+@dataclass(frozen=True)
+class FragmentLayout:
+    """How an MMA's accumulator is spread over the block: instruction and warp (group) grid."""
+
+    instr: str
+    tile: tuple[int, int]  # (M, N) of the accumulator
+    warps_m: int  # warps (mma.sync) or warpgroups (wgmma) along M
+    warps_n: int
+    inst_shape: tuple[int, int, int]  # (m, n, k) of one instruction
+
+
+@dataclass(frozen=True)
+class Shfl(Expr):
+    x: Expr | None = None
+    mask: int = 0
+
+
+@dataclass(frozen=True)
+class Reshape(Expr):
+    """Insert unit axes (x[:, None]); the new shape is in `type`."""
+
+    x: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Transpose(Expr):
+    x: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Lambda(Expr):
+    params: tuple[str, ...] = ()
+    body: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Tag(Expr):
+    """x with extra tag fields; a field is a scalar expression or a lambda over element indices."""
+
+    x: Expr | None = None
+    fields: tuple[tuple[str, Expr], ...] = ()
+
+
+@dataclass(frozen=True)
+class ElemTag(Expr):
+    """Inside a tag lambda: the tag field `field` of element `indices` of a view or register tile."""
+
+    source: Ref | Expr | None = None
+    indices: tuple[Expr, ...] = ()
+    field: str = ""
+
+
+# ---- statements ----
+@dataclass(frozen=True)
+class Stmt:
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Let(Stmt):
+    name: str = ""
+    value: Expr | None = None
+
+
+@dataclass(frozen=True)
+class AllocShared(Stmt):
+    name: str = ""
+    dtype: DType | None = None
+    shape: tuple[int, ...] = ()
+    swizzle: int = 0
+
+
+@dataclass(frozen=True)
+class AllocBarrier(Stmt):
+    name: str = ""
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Copy(Stmt):
+    """dst <- src. mode: "sync" (registers through), "async" (cp.async), "bulk" (TMA)."""
+
+    dst: Ref | None = None
+    src: Ref | Expr | None = None
+    mode: str = "sync"
+    masked: bool = True  # out-of-bounds source elements read as zero instead of faulting
+    barrier: str | None = None  # mbarrier completed by a bulk copy
+
+
+@dataclass(frozen=True)
+class Commit(Stmt):
+    pass
+
+
+@dataclass(frozen=True)
+class WaitGroup(Stmt):
+    """cp.async.wait_group n: all but the newest n committed groups of this thread have landed."""
+
+    n: int = 0
+
+
+@dataclass(frozen=True)
+class Barrier(Stmt):
+    pass
+
+
+@dataclass(frozen=True)
+class Arrive(Stmt):
+    barrier: str = ""
+
+
+@dataclass(frozen=True)
+class WaitBarrier(Stmt):
+    barrier: str = ""
+    phase: Expr | None = None
+
+
+@dataclass(frozen=True)
+class ExpectTx(Stmt):
+    barrier: str = ""
+    nbytes: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Store(Stmt):
+    dst: Ref | None = None
+    value: Expr | None = None
+    masked: bool = True  # out-of-bounds elements are skipped instead of faulting
+
+
+@dataclass(frozen=True)
+class For(Stmt):
+    var: str = ""
+    start: Expr | None = None
+    stop: Expr | None = None
+    step: Expr | None = None
+    body: tuple[Stmt, ...] = ()
+    kind: str = "serial"  # "serial" | "unroll" | "persistent"
+
+
+@dataclass(frozen=True)
+class PipelineFor(Stmt):
+    """Before the pipeline pass: `for var in pipeline(count, stages=S)`; body = producer + consumer."""
+
+    var: str = ""
+    count: Expr | None = None
+    stages: int = 1
+    producer: tuple[Stmt, ...] = ()
+    consumer: tuple[Stmt, ...] = ()
+    wait_span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class If(Stmt):
+    cond: Expr | None = None
+    then: tuple[Stmt, ...] = ()
+    orelse: tuple[Stmt, ...] = ()
+
+
+@dataclass(frozen=True)
+class AssertTag(Stmt):
+    predicate: Lambda | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class Role(Stmt):
+    kind: str = ""  # "producer" | "consumer"
+    warpgroups: int = 1
+    registers: int | None = None
+    body: tuple[Stmt, ...] = ()
+
+
+# ---- kernel ----
+@dataclass(frozen=True)
+class TensorDecl:
+    name: str
+    dtype: DType
+    dims: tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class ScalarDecl:
+    name: str
+    dtype: DType
+    default: float | int | None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    path: str
+    tensors: tuple[TensorDecl, ...]
+    scalars: tuple[ScalarDecl, ...]
+    dims: tuple[str, ...]
+    params: tuple[tuple[str, object], ...]
+    grid: tuple[Expr, ...]
+    threads: int
+    cluster: tuple[int, ...]
+    body: tuple[Stmt, ...]
+    outputs: tuple[str, ...]
+    inputs: tuple[str, ...]
+    reference: tuple[dsl_ast.Stmt, ...] | None = field(default=None, compare=False, repr=False)
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+    def tensor(self, name: str) -> TensorDecl:
+        return next(t for t in self.tensors if t.name == name)
+
+    @property
+    def param_dict(self) -> dict[str, object]:
+        return dict(self.params)
+
+
+def is_tile(t: Type) -> bool:
+    return isinstance(t, TileT)
+
+
+def is_scalar(t: Type) -> bool:
+    return isinstance(t, ScalarT)

@@ -1,0 +1,9 @@
+"""The pass pipeline, in order. Each pass takes and returns an IR kernel."""
+
+from argus.ir.passes.layouts import assign_layouts
+from argus.ir.passes.pipeline import expand_pipelines
+
+PIPELINE = [
+    expand_pipelines,  # pipeline(stages=S) -> prologue / steady state / epilogue with commit/wait/barrier
+    assign_layouts,  # mma fragment layouts (warp grid, instruction shape) checked against the tile
+]

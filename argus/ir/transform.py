@@ -1,0 +1,85 @@
+"""Generic rewriting of IR trees: substitution of variables and renaming of locals."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from argus.ir import nodes as ir
+
+
+def rewrite(node, fn: Callable[[object], object | None]):
+    """Rebuild `node` bottom-up; `fn` may return a replacement for any sub-node (None keeps it)."""
+    if isinstance(node, tuple):
+        return tuple(rewrite(x, fn) for x in node)
+    if isinstance(node, (ir.Expr, ir.Stmt, ir.Ref)):
+        changes = {}
+        for f in dataclasses.fields(node):
+            if f.name in ("span", "type"):
+                continue
+            v = getattr(node, f.name)
+            nv = rewrite(v, fn)
+            if nv is not v:
+                changes[f.name] = nv
+        new = dataclasses.replace(node, **changes) if changes else node
+        out = fn(new)
+        return new if out is None else out
+    return node
+
+
+def substitute(node, mapping: dict[str, ir.Expr]):
+    """Replace variables by expressions (loop variable k -> k + S - 1, etc.)."""
+    return rewrite(node, lambda n: mapping.get(n.name) if isinstance(n, ir.Var) else None)
+
+
+def rename_locals(stmts: tuple[ir.Stmt, ...], names: dict[str, str]) -> tuple[ir.Stmt, ...]:
+    def fn(n):
+        if isinstance(n, ir.Var) and n.name in names:
+            return dataclasses.replace(n, name=names[n.name])
+        if isinstance(n, ir.Let) and n.name in names:
+            return dataclasses.replace(n, name=names[n.name])
+        return None
+    return rewrite(stmts, fn)
+
+
+def walk(node):
+    """Yield every IR node (expressions, refs, statements) under `node`, pre-order."""
+    if isinstance(node, tuple):
+        for x in node:
+            yield from walk(x)
+        return
+    if isinstance(node, (ir.Expr, ir.Stmt, ir.Ref)):
+        yield node
+        for f in dataclasses.fields(node):
+            if f.name not in ("span", "type"):
+                yield from walk(getattr(node, f.name))
+
+
+_BODY_FIELDS = ("body", "then", "orelse", "producer", "consumer")
+
+
+def expand_stmts(stmts: tuple[ir.Stmt, ...], fn: Callable[[ir.Stmt], tuple[ir.Stmt, ...] | None]
+                 ) -> tuple[ir.Stmt, ...]:
+    """Rewrite a statement list where `fn` may replace one statement by several (inner bodies first)."""
+    out: list[ir.Stmt] = []
+    for s in stmts:
+        changes = {f: expand_stmts(getattr(s, f), fn) for f in _BODY_FIELDS if hasattr(s, f)}
+        s = dataclasses.replace(s, **changes) if changes else s
+        r = fn(s)
+        out.extend((s,) if r is None else r)
+    return tuple(out)
+
+
+_FOLD = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+         "//": lambda a, b: a // b, "%": lambda a, b: a % b}
+
+
+def fold_constants(node):
+    """Fold integer arithmetic on constants (left behind by substituting a step number)."""
+    def fn(n):
+        if isinstance(n, ir.Bin) and isinstance(n.a, ir.Const) and isinstance(n.b, ir.Const) \
+                and n.op in _FOLD and isinstance(n.a.value, int) and isinstance(n.b.value, int) \
+                and not (n.op in ("//", "%") and n.b.value == 0):
+            return ir.Const(n.a.type, n.span, _FOLD[n.op](n.a.value, n.b.value))
+        return None
+    return rewrite(node, fn)
