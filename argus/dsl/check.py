@@ -24,6 +24,7 @@ from argus.dsl.types import (
     LAMBDA,
     LAYOUT,
     MBARRIER,
+    MBARRIER_ARRAY,
     NONE,
     ROLE,
     STR,
@@ -393,7 +394,7 @@ class _Checker:
             self.need_index(it.args[0], "the number of tiles")
         self.types[id(it)] = ITER
         prev = self.names.get(s.var)
-        if prev is not None and prev[0] != "local":
+        if prev is not None and prev[0] not in ("local", "loop"):
             raise self.err("reassign", f"loop variable '{s.var}' shadows {prev[0]} '{s.var}'", s.var_span)
         self.names[s.var] = ("loop", ScalarT(I32, False))
         if name == "pipeline":
@@ -603,6 +604,11 @@ class _Checker:
 
     def subscript(self, e: ast.Subscript) -> Type:
         t = self.expr(e.value)
+        if t is MBARRIER_ARRAY:
+            if len(e.items) != 1 or isinstance(e.items[0], ast.Slice):
+                raise self.err("type", "index an mbarrier array with one index: bar[i]", e)
+            self.need_index(e.items[0], "an mbarrier index")
+            return MBARRIER
         if t is DTYPE_T:
             shape = []
             for it in e.items:
@@ -822,6 +828,8 @@ def _index_fn(kind: str):
 def _cdiv(c: _Checker, e: ast.Call) -> Type:
     c.args(e, 2, 2)
     a, b = (c.need_index(x, "an argument of cdiv") for x in e.args)
+    if c.consts.get(id(e.args[1]), 1) == 0:
+        raise c.err("division-by-zero", "cdiv by zero", e.args[1])
     if all(id(x) in c.consts for x in e.args):
         va, vb = (c.consts[id(x)] for x in e.args)
         if vb == 0:
@@ -1026,8 +1034,9 @@ def _copy(kind: str):
                         "copies do not convert; cast in registers")
         if kind == "copy_bulk":
             b = e.kw("barrier")
-            if b is None or c.expr(b.value) is not MBARRIER:
+            if b is None:
                 raise c.err("type", "copy_bulk needs barrier=an mbarrier that the copy completes", e)
+            _need_barrier(c, b.value, "copy_bulk's barrier")
         else:
             _masked(c, e)
         return NONE
@@ -1060,23 +1069,36 @@ def _barrier(c: _Checker, e: ast.Call) -> Type:
 
 
 def _mbarrier(c: _Checker, e: ast.Call) -> Type:
-    c.args(e, 0, 1, ("count",))
+    """mbarrier(count=C) -> one barrier; mbarrier(count=C, n=N) -> N barriers indexed bar[i]."""
+    c.args(e, 0, 0, ("count", "n"))
+    if c.role_depth or c.lambda_vars:
+        raise c.err("placement", "mbarriers are allocated at the top level of the kernel", e)
     k = e.kw("count")
-    if k is not None:
-        c.need_const_int(k.value, "the arrival count")
-    if e.args:
-        c.need_const_int(e.args[0], "the arrival count")
+    if k is not None and c.need_const_int(k.value, "the arrival count") < 1:
+        raise c.err("range", "an mbarrier needs at least one arrival per phase", k.value)
+    n = e.kw("n")
+    if n is not None:
+        if c.need_const_int(n.value, "the number of mbarriers") < 1:
+            raise c.err("range", "n must be at least 1", n.value)
+        return MBARRIER_ARRAY
     return MBARRIER
+
+
+def _need_barrier(c: _Checker, node: ast.Expr, what: str) -> None:
+    t = c.expr(node)
+    if t is MBARRIER_ARRAY:
+        raise c.err("type", f"{what} is an array of mbarriers; pick one: bar[i]", node)
+    if t is not MBARRIER:
+        raise c.err("type", f"{what} must be an mbarrier, got {_fmt(t)}", node)
 
 
 def _mbar_op(kind: str):
     def f(c: _Checker, e: ast.Call) -> Type:
         n = {"arrive": 1, "wait": 2, "expect_tx": 2}[kind]
         c.args(e, n, n)
-        if c.expr(e.args[0]) is not MBARRIER:
-            raise c.err("type", f"{kind}'s first argument is an mbarrier", e.args[0])
+        _need_barrier(c, e.args[0], f"{kind}'s first argument")
         if n == 2:
-            c.need_index(e.args[1], "the phase" if kind == "wait" else "the byte count")
+            c.need_index(e.args[1], "the phase parity" if kind == "wait" else "the byte count")
         return NONE
     return f
 

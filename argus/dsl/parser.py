@@ -56,7 +56,7 @@ class _ToAst(Transformer):
         return ast.Module(span, self.path, tuple(items))
 
     def kernel(self, meta, items):
-        _kw, name, args, body, ref = items
+        name, args, body, ref = items
         body = list(body)
         # Python spelling of the reference block: a final `with reference:` in the body.
         if body and isinstance(body[-1], ast.With) and isinstance(body[-1].context, ast.Name) \
@@ -256,6 +256,10 @@ class _ToAst(Transformer):
     def attribute(self, meta, items):
         return ast.Attribute(self._s(meta), items[0], str(items[1]))
 
+    def param_call(self, meta, items):
+        span = self._s(meta)
+        return ast.Call(span, ast.Name(span, "param"), (items[0],), ())
+
     def name(self, meta, items):
         return ast.Name(self._s(meta), str(items[0]))
 
@@ -290,7 +294,7 @@ _TOKEN_WORDS = {
     "EQUAL": "'='", "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "STRING": "a string",
     "_NL": "end of line", "_INDENT": "an indented block", "_DEDENT": "end of block", "$END": "end of file",
     "DOT": "'.'", "PLUS": "'+'", "MINUS": "'-'", "SEMICOLON": "';'", "COMPOP": "a comparison",
-    "ADDOP": "'+' or '-'", "MULOP": "an operator", "KERNEL_KW": "'kernel'", "LAMBDA": "'lambda'",
+    "ADDOP": "'+' or '-'", "MULOP": "an operator", "KERNEL": "'kernel'", "LAMBDA": "'lambda'",
 }
 _HEADERS = ("kernel", "for", "if", "elif", "else", "with", "reference")
 
@@ -329,8 +333,23 @@ def _syntax_diag(path: str, text: str, exc: UnexpectedInput) -> Diagnostic:
         notes.append("Argus accepts names, numbers, strings, operators and brackets as in Python")
         return Diagnostic("error", "syntax", msg, span, tuple(notes))
     if isinstance(tok, Token) and tok.type == "_INDENT":
-        return Diagnostic("error", "syntax", "unexpected indentation", span,
+        # The indent token sits at the end of the previous line; point at the indented line instead.
+        nxt = next((i for i in range(line + 1, len(lines) + 1) if lines[i - 1].strip()), line)
+        ind = len(lines[nxt - 1]) - len(lines[nxt - 1].lstrip())
+        return Diagnostic("error", "syntax", "unexpected indentation", Span(path, nxt, ind + 1, nxt, ind + 2),
                           ("indent only the body of a kernel, loop, if, with or reference block",))
+    prev = next((lines[i - 1] for i in range(line - 1, 0, -1) if lines[i - 1].split("#")[0].strip()), "")
+    this = lines[line - 1] if 0 < line <= len(lines) else ""
+    this_ind, prev_ind = len(this) - len(this.lstrip()), len(prev) - len(prev.lstrip())
+    if prev.split("#")[0].rstrip().endswith(":") and this_ind <= prev_ind and col == this_ind + 1:
+        return Diagnostic("error", "syntax", "expected an indented block", span,
+                          ("the line after a ':' header must be indented further than the header",))
+    opened = _unclosed_bracket(lines, line, col)
+    if opened is not None and opened[0] < line and col == len(this) - len(this.lstrip()) + 1:
+        ch, oline = opened[2], opened[0]
+        closer = {"(": "')'", "[": "']'"}[ch]
+        return Diagnostic("error", "syntax", f"expected {closer}: the '{ch}' opened on line {oline} is never closed",
+                          span, (f"close the bracket opened at line {oline}, column {opened[1]}",))
     if "COLON" in expected and header:
         what = {"kernel": "kernel signature", "reference": "'reference'"}.get(header, f"'{header}' header")
         return Diagnostic("error", "syntax", f"expected ':' after {what}", span,
@@ -352,13 +371,34 @@ def _syntax_diag(path: str, text: str, exc: UnexpectedInput) -> Diagnostic:
         return Diagnostic("error", "syntax", "expected '(' after the kernel name", span,
                           ("a kernel is declared as: kernel name(A: bf16[M, K], ...):",))
     if not src_line.startswith("kernel") and line <= len(lines) and not lines[line - 1].startswith((" ", "\t")) \
-            and "KERNEL_KW" in expected:
+            and "KERNEL" in expected:
         return Diagnostic("error", "syntax", "expected 'kernel' at the top level", span,
                           ("a file holds kernel definitions, each optionally followed by a 'reference:' block",))
     nice = sorted({_TOKEN_WORDS.get(e, f"'{e.lower()}'") for e in expected if not e.startswith("__")})
     exp = ", ".join(nice[:6]) + (", ..." if len(nice) > 6 else "")
     msg = f"unexpected {_describe(tok) if isinstance(tok, Token) else 'input'}"
     return Diagnostic("error", "syntax", msg, span, (f"expected one of: {exp}",) if exp else ())
+
+
+def _unclosed_bracket(lines: list[str], line: int, col: int) -> tuple[int, int, str] | None:
+    """The innermost bracket still open at (line, col), ignoring strings and comments."""
+    stack: list[tuple[int, int, str]] = []
+    for i, text in enumerate(lines[:line], 1):
+        quote = None
+        for j, ch in enumerate(text, 1):
+            if i == line and j >= col:
+                break
+            if quote:
+                quote = None if ch == quote else quote
+            elif ch in "'\"":
+                quote = ch
+            elif ch == "#":
+                break
+            elif ch in "([":
+                stack.append((i, j, ch))
+            elif ch in ")]" and stack:
+                stack.pop()
+    return stack[-1] if stack else None
 
 
 def parse(text: str, path: str = "<string>", register: bool = True) -> ast.Module:

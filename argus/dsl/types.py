@@ -107,6 +107,7 @@ class OpaqueT(Type):
 STR = OpaqueT("str")
 NONE = OpaqueT("none")
 MBARRIER = OpaqueT("mbarrier")
+MBARRIER_ARRAY = OpaqueT("mbarrier array")
 LAYOUT = OpaqueT("layout")
 LAMBDA = OpaqueT("lambda")
 DTYPE_T = OpaqueT("dtype")

@@ -47,12 +47,12 @@ class _Mbarrier:
     tx_expected: int = 0
     tx_issued: int = 0
     completed: int = 0  # completed phases; the current phase's parity is completed % 2
-    pending: list = field(default_factory=list)  # bulk copies that land when the phase completes
+    pending: list = field(default_factory=list)  # bulk copies of the current phase
+    ready: list = field(default_factory=list)  # copies of completed phases, landing at the next wait
 
-    def maybe_complete(self, land) -> None:
+    def maybe_complete(self) -> None:
         if self.arrivals >= self.count and self.tx_issued >= self.tx_expected:
-            for cp in self.pending:
-                land(cp)
+            self.ready.extend(self.pending)
             self.pending.clear()
             self.arrivals = self.tx_expected = self.tx_issued = 0
             self.completed += 1
@@ -82,7 +82,7 @@ class BlockMachine:
         self.env: dict[str, object] = {**dims, **scalars}
         self.shared: dict[str, np.ndarray] = {}
         self.shared_types: dict[str, ir.AllocShared] = {}
-        self.mbar: dict[str, _Mbarrier] = {}
+        self.mbar: dict[str, list[_Mbarrier]] = {}
         self.uncommitted: list[_Copy] = []
         self.groups: list[list[_Copy]] = []
         self.threads = kernel.threads
@@ -112,19 +112,23 @@ class BlockMachine:
             i += 1
 
     def exec_roles(self, roles: tuple[ir.Role, ...]) -> Iterator[None]:
-        """Run warp-specialised roles as coroutines; each yields when blocked on an mbarrier."""
-        saved = self.threads
-        live = [(r, self.exec_block(r.body)) for r in roles]
+        """Run warp-specialised roles as coroutines; each yields when blocked on an mbarrier.
+
+        Each role has its own threads and its own locals (registers are per thread); shared memory
+        and mbarriers are the block's.
+        """
+        saved_threads, saved_env = self.threads, self.env
+        live = [[r, self.exec_block(r.body), dict(saved_env)] for r in roles]
         while live:
             before = self.progress
             for item in list(live):
-                r, gen = item
-                self.threads = r.warpgroups * 128
+                r, gen, env = item
+                self.threads, self.env = r.warpgroups * 128, env
                 try:
                     next(gen)
                 except StopIteration:
                     live.remove(item)
-            self.threads = saved
+            self.threads, self.env = saved_threads, saved_env
             if live and self.progress == before:
                 yield  # every role is blocked: only an enclosing role could unblock them
 
@@ -136,7 +140,7 @@ class BlockMachine:
             self.shared[s.name] = np.full(s.shape, np.nan if s.dtype.is_float else 0, storage_dtype(s.dtype))
             self.shared_types[s.name] = s
         elif isinstance(s, ir.AllocBarrier):
-            self.mbar[s.name] = _Mbarrier(s.count)
+            self.mbar[s.name] = [_Mbarrier(s.count) for _ in range(s.n or 1)]
         elif isinstance(s, ir.Copy):
             self.copy(s)
         elif isinstance(s, ir.Commit):
@@ -164,23 +168,35 @@ class BlockMachine:
         elif isinstance(s, ir.AssertTag):
             pass  # tag relations are proved statically by argus.analysis, not checked at run time
         elif isinstance(s, ir.Arrive):
-            mb = self.mbar[s.barrier]
+            mb = self.barrier(s.barrier, s.span)
             mb.arrivals += 1
-            mb.maybe_complete(self.land)
+            mb.maybe_complete()
         elif isinstance(s, ir.ExpectTx):
-            mb = self.mbar[s.barrier]
+            mb = self.barrier(s.barrier, s.span)
             mb.tx_expected += int(self.scalar(s.nbytes))
             mb.arrivals += 1
-            mb.maybe_complete(self.land)
+            mb.maybe_complete()
         elif isinstance(s, ir.WaitBarrier):
-            mb = self.mbar[s.barrier]
+            mb = self.barrier(s.barrier, s.span)
             parity = int(self.scalar(s.phase)) & 1
             while mb.completed % 2 == parity:  # the phase of this parity has not completed yet
                 yield
+            # Bulk copies become visible to the waiter: data is never there before a wait observes it.
+            for cp in mb.ready:
+                self.land(cp)
+            mb.ready.clear()
         elif isinstance(s, ir.PipelineFor):
             raise InterpError("internal", "pipeline loop was not expanded", s.span)
         else:
             raise InterpError("unsupported", f"the interpreter cannot execute {type(s).__name__}", s.span)
+
+    def barrier(self, b: ir.BarrierRef, span) -> _Mbarrier:
+        bars = self.mbar[b.name]
+        i = 0 if b.index is None else int(self.scalar(b.index))
+        if not 0 <= i < len(bars):
+            raise InterpError("out-of-bounds", f"mbarrier index {i} is outside {b.name}[0:{len(bars)}]", span,
+                              f"block {self.block}")
+        return bars[i]
 
     # ---- memory ----
     def resolve(self, r: ir.Ref, span: Span | None, *, masked: bool, for_write: bool = False):
@@ -251,10 +267,10 @@ class BlockMachine:
         elif s.mode == "async":
             self.uncommitted.append(cp)
         else:
-            mb = self.mbar[s.barrier]
+            mb = self.barrier(s.barrier, s.span)
             mb.pending.append(cp)
             mb.tx_issued += data.size * s.dst.dtype.bytes
-            mb.maybe_complete(self.land)
+            mb.maybe_complete()
 
     def land(self, cp: _Copy) -> None:
         self.shared[cp.buffer][cp.index] = cp.data

@@ -20,7 +20,6 @@ class _Lower:
         self.c = c
         self.aliases: dict[str, ir.Ref] = {}
         self.shared: set[str] = set()
-        self.barriers: set[str] = set()
 
     def t(self, node: ast.Expr):
         return self.c.types[id(node)]
@@ -67,10 +66,9 @@ class _Lower:
                 self.shared.add(tgt.id)
                 out.append(ir.AllocShared(s.span, tgt.id, dt, shape, self.c.consts[id(sw.value)] if sw else 0))
             elif isinstance(v, ast.Call) and v.func_name == "mbarrier":
-                cnt = v.kw("count")
-                n = self.c.consts[id(cnt.value)] if cnt else (self.c.consts[id(v.args[0])] if v.args else 1)
-                self.barriers.add(tgt.id)
-                out.append(ir.AllocBarrier(s.span, tgt.id, n))
+                cnt, n = v.kw("count"), v.kw("n")
+                out.append(ir.AllocBarrier(s.span, tgt.id, self.c.consts[id(cnt.value)] if cnt else 1,
+                                           self.c.consts[id(n.value)] if n else None))
             elif isinstance(t, TileT) and t.space in ("shared", "global"):
                 self.aliases[tgt.id] = self.ref(v)
             else:
@@ -98,7 +96,7 @@ class _Lower:
             src = self.ref(e.args[1]) if isinstance(src_t, TileT) and src_t.space != "reg" else self.expr(e.args[1])
             bar = e.kw("barrier")
             return [ir.Copy(e.span, self.ref(e.args[0]), src, mode, masked if mode != "bulk" else True,
-                            bar.value.id if bar else None)]
+                            self.barrier(bar.value) if bar else None)]
         if name == "commit":
             return [ir.Commit(e.span)]
         if name == "wait_async":
@@ -109,11 +107,11 @@ class _Lower:
         if name == "barrier":
             return [ir.Barrier(e.span)]
         if name == "arrive":
-            return [ir.Arrive(e.span, e.args[0].id)]
+            return [ir.Arrive(e.span, self.barrier(e.args[0]))]
         if name == "wait":
-            return [ir.WaitBarrier(e.span, e.args[0].id, self.expr(e.args[1]))]
+            return [ir.WaitBarrier(e.span, self.barrier(e.args[0]), self.expr(e.args[1]))]
         if name == "expect_tx":
-            return [ir.ExpectTx(e.span, e.args[0].id, self.expr(e.args[1]))]
+            return [ir.ExpectTx(e.span, self.barrier(e.args[0]), self.expr(e.args[1]))]
         if name == "store":
             vt = self.t(e.args[1])
             value = self.expr(e.args[1]) if not (isinstance(vt, TileT) and vt.space == "shared") \
@@ -123,6 +121,11 @@ class _Lower:
             nk = e.kw("name")
             return [ir.AssertTag(e.span, self.lam(e.args[0]), self.c.consts.get(id(nk.value)) if nk else None)]
         raise error("unsupported", f"{name}(...) cannot be a statement", e.span)
+
+    def barrier(self, e: ast.Expr) -> ir.BarrierRef:
+        if isinstance(e, ast.Subscript):
+            return ir.BarrierRef(e.value.id, self.expr(e.items[0]))
+        return ir.BarrierRef(e.id, None)
 
     def _masked(self, e: ast.Call) -> bool:
         m = e.kw("masked")

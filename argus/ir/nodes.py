@@ -210,8 +210,17 @@ class AllocShared(Stmt):
 
 @dataclass(frozen=True)
 class AllocBarrier(Stmt):
+    """`n` mbarriers (n=None: a single one), each completing a phase after `count` arrivals."""
+
     name: str = ""
     count: int = 1
+    n: int | None = None
+
+
+@dataclass(frozen=True)
+class BarrierRef:
+    name: str
+    index: Expr | None = None  # None for a single mbarrier
 
 
 @dataclass(frozen=True)
@@ -222,7 +231,7 @@ class Copy(Stmt):
     src: Ref | Expr | None = None
     mode: str = "sync"
     masked: bool = True  # out-of-bounds source elements read as zero instead of faulting
-    barrier: str | None = None  # mbarrier completed by a bulk copy
+    barrier: BarrierRef | None = None  # mbarrier completed by a bulk copy
 
 
 @dataclass(frozen=True)
@@ -244,18 +253,22 @@ class Barrier(Stmt):
 
 @dataclass(frozen=True)
 class Arrive(Stmt):
-    barrier: str = ""
+    barrier: BarrierRef | None = None
 
 
 @dataclass(frozen=True)
 class WaitBarrier(Stmt):
-    barrier: str = ""
+    """Wait until the phase of parity `phase` of the barrier has completed."""
+
+    barrier: BarrierRef | None = None
     phase: Expr | None = None
 
 
 @dataclass(frozen=True)
 class ExpectTx(Stmt):
-    barrier: str = ""
+    """Arrive on the barrier and announce `nbytes` of bulk copies that complete the phase."""
+
+    barrier: BarrierRef | None = None
     nbytes: Expr | None = None
 
 

@@ -69,6 +69,10 @@ def ref(r: ir.Ref) -> str:
     return f"{r.base}[{', '.join(parts)}]{'.T' if r.transposed else ''}"
 
 
+def bar(b: ir.BarrierRef) -> str:
+    return b.name if b.index is None else f"{b.name}[{expr(b.index)}]"
+
+
 def ty(t) -> str:
     if isinstance(t, TileT):
         return f"{t.dtype}[{', '.join(map(str, t.shape))}]"
@@ -87,9 +91,9 @@ def stmts(body, indent: int = 1) -> list[str]:
             sw = f", swizzle={s.swizzle}" if s.swizzle else ""
             out.append(f"{pad}{s.name} = shared({s.dtype}[{', '.join(map(str, s.shape))}]{sw})")
         elif isinstance(s, ir.AllocBarrier):
-            out.append(f"{pad}{s.name} = mbarrier(count={s.count})")
+            out.append(f"{pad}{s.name} = mbarrier(count={s.count}{'' if s.n is None else f', n={s.n}'})")
         elif isinstance(s, ir.Copy):
-            extra = ("" if s.masked else ", masked=False") + (f", barrier={s.barrier}" if s.barrier else "")
+            extra = ("" if s.masked else ", masked=False") + (f", barrier={bar(s.barrier)}" if s.barrier else "")
             op = {"sync": "copy", "async": "copy_async", "bulk": "copy_bulk"}[s.mode]
             out.append(f"{pad}{op}({ref(s.dst)}, {expr(s.src)}{extra})")
         elif isinstance(s, ir.Commit):
@@ -99,11 +103,11 @@ def stmts(body, indent: int = 1) -> list[str]:
         elif isinstance(s, ir.Barrier):
             out.append(f"{pad}barrier()")
         elif isinstance(s, ir.Arrive):
-            out.append(f"{pad}arrive({s.barrier})")
+            out.append(f"{pad}arrive({bar(s.barrier)})")
         elif isinstance(s, ir.WaitBarrier):
-            out.append(f"{pad}wait({s.barrier}, {expr(s.phase)})")
+            out.append(f"{pad}wait({bar(s.barrier)}, {expr(s.phase)})")
         elif isinstance(s, ir.ExpectTx):
-            out.append(f"{pad}expect_tx({s.barrier}, {expr(s.nbytes)})")
+            out.append(f"{pad}expect_tx({bar(s.barrier)}, {expr(s.nbytes)})")
         elif isinstance(s, ir.Store):
             out.append(f"{pad}store({ref(s.dst)}, {expr(s.value)}{'' if s.masked else ', masked=False'})")
         elif isinstance(s, ir.For):

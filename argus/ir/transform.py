@@ -12,7 +12,7 @@ def rewrite(node, fn: Callable[[object], object | None]):
     """Rebuild `node` bottom-up; `fn` may return a replacement for any sub-node (None keeps it)."""
     if isinstance(node, tuple):
         return tuple(rewrite(x, fn) for x in node)
-    if isinstance(node, (ir.Expr, ir.Stmt, ir.Ref)):
+    if isinstance(node, (ir.Expr, ir.Stmt, ir.Ref, ir.BarrierRef)):
         changes = {}
         for f in dataclasses.fields(node):
             if f.name in ("span", "type"):
@@ -48,7 +48,7 @@ def walk(node):
         for x in node:
             yield from walk(x)
         return
-    if isinstance(node, (ir.Expr, ir.Stmt, ir.Ref)):
+    if isinstance(node, (ir.Expr, ir.Stmt, ir.Ref, ir.BarrierRef)):
         yield node
         for f in dataclasses.fields(node):
             if f.name not in ("span", "type"):
