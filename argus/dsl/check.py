@@ -46,7 +46,7 @@ MAX_THREADS = 1024
 NAMED_CONSTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi}
 # Builtins that are statements (their value is None); anything else used as a statement is an error.
 STATEMENT_BUILTINS = {"copy", "copy_async", "copy_bulk", "commit", "wait_async", "barrier", "store",
-                      "arrive", "wait", "expect_tx", "assert_tag"}
+                      "arrive", "wait", "expect_tx", "assert_tag", "assume"}
 ITERATORS = {"range", "pipeline", "unroll", "persistent"}
 
 
@@ -1219,7 +1219,20 @@ def _compose(c: _Checker, e: ast.Call) -> Type:
     return c.set(e, LAYOUT, ("compose", c.consts[id(e.args[0])], c.consts[id(e.args[1])]), True)
 
 
+def _assume(c: _Checker, e: ast.Call) -> Type:
+    """assume(cond): a precondition on runtime dims/scalars, checked at launch, used by the verifier."""
+    c.args(e, 1, 1)
+    if c.role_depth or c.lambda_vars:
+        raise c.err("placement", "assume(...) belongs at the top level of the kernel", e)
+    t = c.expr(e.args[0])
+    if not (isinstance(t, ScalarT) and t.dtype == BOOL):
+        raise c.err("type", "assume takes a condition on runtime dimensions, e.g. assume(K % 8 == 0)", e.args[0])
+    return NONE
+
+
 BUILTINS = {
+    "assume": _assume,
+    "assume": _assume,
     "block_id": _index_fn("block_id"), "num_blocks": _index_fn("num_blocks"),
     "thread_id": _index_fn("thread_id"), "warp_id": _index_fn("warp_id"), "lane_id": _index_fn("lane_id"),
     "warpgroup_id": _index_fn("warpgroup_id"),

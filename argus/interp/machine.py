@@ -24,10 +24,11 @@ import numpy as np
 
 from argus.dsl.diagnostics import ArgusError, Diagnostic, Span
 from argus.dsl.types import ScalarT, TileT
+from argus.interp.hazards import Shadow
 from argus.interp.numerics import round_to, storage_dtype
 from argus.ir import nodes as ir
+from argus.ir.threads import MULTI, NONE, copy_thread
 
-VECTOR_BYTES = 16  # a thread copies 16-byte vectors (cp.async / ld.global.v4)
 
 
 class InterpError(ArgusError):
@@ -64,6 +65,8 @@ class _Copy:
     index: tuple  # NumPy index into the shared buffer
     data: np.ndarray
     span: Span | None
+    writers: np.ndarray | int = NONE  # thread of each element (buffer order), for the shadow memory
+    asynchronous: bool = False
 
 
 class _Blocked(Exception):
@@ -74,7 +77,8 @@ class BlockMachine:
     """Executes the kernel body for one block."""
 
     def __init__(self, kernel: ir.Kernel, globals_: dict[str, np.ndarray], dims: dict[str, int],
-                 scalars: dict[str, float], block: tuple[int, int, int], grid: tuple[int, int, int]):
+                 scalars: dict[str, float], block: tuple[int, int, int], grid: tuple[int, int, int],
+                 shadow: Shadow | None = None):
         self.k = kernel
         self.g = globals_
         self.block = block
@@ -88,6 +92,12 @@ class BlockMachine:
         self.threads = kernel.threads
         self.epoch = 0  # barrier count, for diagnostics
         self.progress = 0  # statements executed; unchanged over a round of roles means deadlock
+        # Shadow memory observes races and async hazards (replay of the verifier's counterexamples).
+        # Inside warp-specialised roles ordering comes from mbarriers, not barrier epochs, so only
+        # in-flight reads are tracked there.
+        self.shadow = shadow
+        self.in_roles = False
+        self.role_accesses = 0
 
     # ---- driver ----
     def run(self) -> None:
@@ -118,6 +128,7 @@ class BlockMachine:
         and mbarriers are the block's.
         """
         saved_threads, saved_env = self.threads, self.env
+        self.in_roles = True
         live = [[r, self.exec_block(r.body), dict(saved_env)] for r in roles]
         while live:
             before = self.progress
@@ -131,6 +142,7 @@ class BlockMachine:
             self.threads, self.env = saved_threads, saved_env
             if live and self.progress == before:
                 yield  # every role is blocked: only an enclosing role could unblock them
+        self.in_roles = False
 
     def exec_stmt(self, s: ir.Stmt) -> Iterator[None]:
         self.progress += 1
@@ -139,6 +151,8 @@ class BlockMachine:
         elif isinstance(s, ir.AllocShared):
             self.shared[s.name] = np.full(s.shape, np.nan if s.dtype.is_float else 0, storage_dtype(s.dtype))
             self.shared_types[s.name] = s
+            if self.shadow is not None:
+                self.shadow.alloc(s.name, s.shape)
         elif isinstance(s, ir.AllocBarrier):
             self.mbar[s.name] = [_Mbarrier(s.count) for _ in range(s.n or 1)]
         elif isinstance(s, ir.Copy):
@@ -165,6 +179,10 @@ class BlockMachine:
         elif isinstance(s, ir.If):
             c = self.scalar(s.cond)
             yield from self.exec_block(s.then if c else s.orelse)
+        elif isinstance(s, ir.Assume):
+            if not self.scalar(s.cond):
+                raise InterpError("precondition", "the kernel's assume(...) does not hold for these inputs", s.span,
+                                  "the kernel was written for inputs that satisfy it; pick other dims or pad")
         elif isinstance(s, ir.AssertTag):
             pass  # tag relations are proved statically by argus.analysis, not checked at run time
         elif isinstance(s, ir.Arrive):
@@ -230,8 +248,7 @@ class BlockMachine:
         kept = [e for e in r.extents if e is not None]
         flat = int(np.ravel_multi_index(tuple(min(c, n - 1) for c, n in zip(tile_coord, kept)), kept)) \
             if kept else 0
-        vec = max(1, VECTOR_BYTES // r.dtype.bytes)
-        thread = (flat // vec) % self.threads
+        thread = int(copy_thread((flat,), (max(1, flat + 1),), r.dtype.bytes, self.threads))
         where = "global tensor" if r.space == "global" else "shared buffer"
         coords = list(starts)
         coords[axis] = index
@@ -243,8 +260,21 @@ class BlockMachine:
             "mask the access (the default) or keep the tile inside the tensor",
             details={"block": self.block, "thread": thread, "tensor": r.base, "element": coords, "axis": axis})
 
-    def read(self, r: ir.Ref, span, masked: bool) -> np.ndarray:
+    def _threads_of(self, r: ir.Ref, shape: tuple[int, ...]) -> np.ndarray:
+        """Thread of each element of a copied/loaded tile, in the buffer's axis order."""
+        idx = np.indices(shape) if shape else np.zeros((0,), int)
+        t = copy_thread(tuple(idx), shape, r.dtype.bytes, self.threads) if shape else np.zeros((), int)
+        return np.asarray(t, np.int32)
+
+    def _shadow_on(self) -> bool:
+        return self.shadow is not None
+
+    def read(self, r: ir.Ref, span, masked: bool, multi: bool = False) -> np.ndarray:
         arr, src, shape, dst = self.resolve(r, span, masked=masked)
+        if r.space == "shared" and self._shadow_on():
+            view_shape = arr[src].shape
+            readers = np.full(view_shape, MULTI, np.int32) if multi else self._threads_of(r, view_shape)
+            self.shadow.read(r.base, src, readers, self._epoch(), span)
         if r.space == "global" and any(d.stop - d.start != n for d, n in zip(dst, shape)):
             out = np.zeros(shape, arr.dtype)
             out[dst] = arr[src]
@@ -261,19 +291,35 @@ class BlockMachine:
         data = round_to(data, s.dst.dtype)
         if s.dst.transposed:
             data = data.T
-        cp = _Copy(s.dst.base, idx, data, s.span)
+        cp = _Copy(s.dst.base, idx, data, s.span, asynchronous=s.mode != "sync")
+        if self._shadow_on():
+            cp.writers = self._threads_of(s.dst, arr[idx].shape)
         if s.mode == "sync":
             self.land(cp)
         elif s.mode == "async":
+            if self._shadow_on():
+                self.shadow.issue_async(cp.buffer, idx, cp.writers, self._epoch(), s.span)
             self.uncommitted.append(cp)
         else:
             mb = self.barrier(s.barrier, s.span)
+            if self._shadow_on():
+                self.shadow.issue_async(cp.buffer, idx, cp.writers, self._epoch(), s.span)
             mb.pending.append(cp)
             mb.tx_issued += data.size * s.dst.dtype.bytes
             mb.maybe_complete()
 
     def land(self, cp: _Copy) -> None:
         self.shared[cp.buffer][cp.index] = cp.data
+        if self._shadow_on():
+            self.shadow.write(cp.buffer, cp.index, cp.writers, self._epoch(), cp.span, cp.asynchronous)
+
+    def _epoch(self) -> int:
+        # Within roles, barrier epochs do not order accesses (mbarriers do): give every access its own
+        # epoch so that only in-flight hazards are reported there.
+        if self.in_roles:
+            self.role_accesses += 1
+            return -1 - self.role_accesses
+        return self.epoch
 
     def store(self, s: ir.Store) -> None:
         value = self.eval(s.value)
@@ -379,7 +425,7 @@ class BlockMachine:
         return self.read(e.ref, e.span, e.masked)
 
     def _operand(self, x) -> np.ndarray:
-        return self.read(x, x.span, True) if isinstance(x, ir.Ref) else self.eval(x)
+        return self.read(x, x.span, True, multi=True) if isinstance(x, ir.Ref) else self.eval(x)
 
     def _e_Mma(self, e: ir.Mma):
         a = self._operand(e.a).astype(np.float32)
@@ -433,12 +479,21 @@ def grid_size(kernel: ir.Kernel, dims: dict[str, int], scalars: dict[str, float]
 
 
 def execute(kernel: ir.Kernel, arrays: dict[str, np.ndarray], dims: dict[str, int],
-            scalars: dict[str, float] | None = None, blocks=None) -> None:
-    """Run every block of the grid (or just `blocks`) over `arrays` in place."""
+            scalars: dict[str, float] | None = None, blocks=None, observe_hazards: bool = False) -> list:
+    """Run every block of the grid (or just `blocks`) over `arrays` in place.
+
+    With `observe_hazards`, shared-memory races and async hazards are recorded (not raised) and
+    returned as a list of ObservedHazard.
+    """
     scalars = scalars or {}
     grid = grid_size(kernel, dims, scalars)
     order = blocks if blocks is not None else itertools.product(*(range(n) for n in grid))
+    found = []
     for b in order:
         bz = tuple(b) + (0,) * (3 - len(b))
-        BlockMachine(kernel, arrays, dims, scalars, bz, grid).run()
+        shadow = Shadow(bz) if observe_hazards else None
+        BlockMachine(kernel, arrays, dims, scalars, bz, grid, shadow).run()
+        if shadow is not None:
+            found.extend(shadow.found)
+    return found
 

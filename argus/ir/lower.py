@@ -117,6 +117,8 @@ class _Lower:
             value = self.expr(e.args[1]) if not (isinstance(vt, TileT) and vt.space == "shared") \
                 else ir.Load(TileT(vt.dtype, vt.shape, "reg"), e.args[1].span, self.ref(e.args[1]), True)
             return [ir.Store(e.span, self.ref(e.args[0]), value, masked)]
+        if name == "assume":
+            return [ir.Assume(e.span, self.expr(e.args[0]))]
         if name == "assert_tag":
             nk = e.kw("name")
             return [ir.AssertTag(e.span, self.lam(e.args[0]), self.c.consts.get(id(nk.value)) if nk else None)]

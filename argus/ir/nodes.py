@@ -309,6 +309,13 @@ class If(Stmt):
 
 
 @dataclass(frozen=True)
+class Assume(Stmt):
+    """A precondition on runtime values (e.g. K % 8 == 0): checked at launch, assumed by the verifier."""
+
+    cond: Expr | None = None
+
+
+@dataclass(frozen=True)
 class AssertTag(Stmt):
     predicate: Lambda | None = None
     name: str | None = None

@@ -125,6 +125,8 @@ def stmts(body, indent: int = 1) -> list[str]:
             if s.orelse:
                 out.append(f"{pad}else:")
                 out.extend(stmts(s.orelse, indent + 1))
+        elif isinstance(s, ir.Assume):
+            out.append(f"{pad}assume({expr(s.cond)})")
         elif isinstance(s, ir.AssertTag):
             out.append(f"{pad}assert_tag({expr(s.predicate)})")
         elif isinstance(s, ir.Role):
