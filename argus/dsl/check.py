@@ -1232,7 +1232,6 @@ def _assume(c: _Checker, e: ast.Call) -> Type:
 
 BUILTINS = {
     "assume": _assume,
-    "assume": _assume,
     "block_id": _index_fn("block_id"), "num_blocks": _index_fn("num_blocks"),
     "thread_id": _index_fn("thread_id"), "warp_id": _index_fn("warp_id"), "lane_id": _index_fn("lane_id"),
     "warpgroup_id": _index_fn("warpgroup_id"),

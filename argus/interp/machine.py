@@ -30,7 +30,6 @@ from argus.ir import nodes as ir
 from argus.ir.threads import MULTI, NONE, copy_thread
 
 
-
 class InterpError(ArgusError):
     """A runtime fault found by the interpreter (out of bounds, deadlock, ...)."""
 
