@@ -953,8 +953,15 @@ def _shared(c: _Checker, e: ast.Call) -> Type:
             raise c.err("swizzle", f"swizzle={v} needs rows of a multiple of {v} bytes; this buffer's rows are "
                         f"{row_bytes} bytes", sw.value, f"make the last dimension a multiple of {v // dt.bytes}")
     lk = e.kw("layout")
-    if lk is not None and c.expr(lk.value) is not LAYOUT:
-        raise c.err("type", "layout= takes layout(shape, stride)", lk.value)
+    if lk is not None:
+        if c.expr(lk.value) is not LAYOUT:
+            raise c.err("type", "layout= takes layout(shape, stride), possibly composed with swizzle(...)",
+                        lk.value)
+        if sw is not None and c.consts.get(id(sw.value)):
+            raise c.err("type", "give either swizzle= or layout=, not both", lk.value)
+        if c.consts[id(lk.value)][0] == "swizzle":
+            raise c.err("type", "layout= needs a layout of the buffer's coordinates: "
+                        "compose(swizzle(B, M, S), layout(shape, stride))", lk.value)
     if math.prod(shape) * dt.bytes > 227 * 1024:
         raise c.err("shared-memory", f"shared buffer of {math.prod(shape) * dt.bytes} bytes exceeds the "
                     "227 KiB a Hopper block can have", e)
@@ -1208,15 +1215,36 @@ def _layout(c: _Checker, e: ast.Call) -> Type:
         v = c.consts.get(id(a))
         if not isinstance(v, (tuple, int)):
             raise c.err("type", "layout(shape, stride) takes compile-time integer tuples", a)
-    return c.set(e, LAYOUT, (c.consts[id(e.args[0])], c.consts[id(e.args[1])]), True)
+    shape, stride = c.consts[id(e.args[0])], c.consts[id(e.args[1])]
+    if _flat_len(shape) != _flat_len(stride):
+        raise c.err("shape", "layout(shape, stride): shape and stride have different ranks", e)
+    return c.set(e, LAYOUT, ("layout", shape, stride), True)
+
+
+def _flat_len(x) -> int:
+    return sum(_flat_len(y) for y in x) if isinstance(x, tuple) else 1
+
+
+def _swizzle(c: _Checker, e: ast.Call) -> Type:
+    """swizzle(B, M, S): XOR bits [M, M+B) of an offset with bits [M+S, M+S+B) (CuTe's Swizzle)."""
+    c.args(e, 3, 3)
+    b, m, s = (c.need_const_int(a, "a swizzle parameter") for a in e.args)
+    if b < 0 or m < 0:
+        raise c.err("range", "swizzle(B, M, S) needs B >= 0 and M >= 0", e)
+    return c.set(e, LAYOUT, ("swizzle", b, m, s), True)
 
 
 def _compose(c: _Checker, e: ast.Call) -> Type:
+    """compose(outer, inner): outer(inner(x)), e.g. compose(swizzle(3, 3, 3), layout((64, 64), (64, 1)))."""
     c.args(e, 2, 2)
     for a in e.args:
         if c.expr(a) is not LAYOUT:
-            raise c.err("type", "compose takes two layouts", a)
-    return c.set(e, LAYOUT, ("compose", c.consts[id(e.args[0])], c.consts[id(e.args[1])]), True)
+            raise c.err("type", "compose takes two layouts (layout(...), swizzle(...) or compose(...))", a)
+    inner = c.consts[id(e.args[1])]
+    if inner[0] == "swizzle":
+        raise c.err("type", "a swizzle applies to offsets: put it first, compose(swizzle(...), layout(...))",
+                    e.args[1])
+    return c.set(e, LAYOUT, ("compose", c.consts[id(e.args[0])], inner), True)
 
 
 def _assume(c: _Checker, e: ast.Call) -> Type:
@@ -1244,7 +1272,7 @@ BUILTINS = {
     "commit": _commit, "wait_async": _wait_async, "barrier": _barrier,
     "mbarrier": _mbarrier, "arrive": _mbar_op("arrive"), "wait": _mbar_op("wait"),
     "expect_tx": _mbar_op("expect_tx"), "store": _store, "mma": _mma, "shfl_xor": _shfl,
-    "tag": _tag, "assert_tag": _assert_tag, "layout": _layout, "compose": _compose,
+    "tag": _tag, "assert_tag": _assert_tag, "layout": _layout, "compose": _compose, "swizzle": _swizzle,
 }
 
 

@@ -19,7 +19,7 @@ from argus.ir.threads import MULTI, NONE
 
 @dataclass(frozen=True)
 class ObservedHazard:
-    code: str  # "race" | "async-read-before-wait" | "async-overwrite"
+    code: str  # "race" | "async-read-before-wait" | "async-overwrite" | "output-written-twice"
     buffer: str
     element: tuple[int, ...]
     first_thread: int  # the earlier access (MULTI: several threads)
@@ -27,8 +27,11 @@ class ObservedHazard:
     first_span: Span | None
     second_span: Span | None
     block: tuple[int, ...]
+    detail: str = ""
 
     def describe(self) -> str:
+        if self.code == "output-written-twice":
+            return f"{self.buffer}[{', '.join(map(str, self.element))}] {self.detail}"
         t = {MULTI: "several threads", NONE: "?"}
         a = t.get(self.first_thread, f"thread {self.first_thread}")
         b = t.get(self.second_thread, f"thread {self.second_thread}")

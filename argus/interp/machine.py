@@ -24,9 +24,10 @@ import numpy as np
 
 from argus.dsl.diagnostics import ArgusError, Diagnostic, Span
 from argus.dsl.types import ScalarT, TileT
-from argus.interp.hazards import Shadow
+from argus.interp.hazards import ObservedHazard, Shadow
 from argus.interp.numerics import round_to, storage_dtype
 from argus.ir import nodes as ir
+from argus.ir.smem_layout import offsets as smem_offsets
 from argus.ir.threads import MULTI, NONE, copy_thread
 
 
@@ -95,6 +96,8 @@ class BlockMachine:
         # Inside warp-specialised roles ordering comes from mbarriers, not barrier epochs, so only
         # in-flight reads are tracked there.
         self.shadow = shadow
+        self.store_counts: dict[str, np.ndarray] | None = None  # writes per output element (shared by blocks)
+        self.physical: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.in_roles = False
         self.role_accesses = 0
 
@@ -150,6 +153,11 @@ class BlockMachine:
         elif isinstance(s, ir.AllocShared):
             self.shared[s.name] = np.full(s.shape, np.nan if s.dtype.is_float else 0, storage_dtype(s.dtype))
             self.shared_types[s.name] = s
+            if s.layout is not None:
+                # an explicit layout is stored physically: elements mapped to one offset alias each other
+                offs = smem_offsets(s.layout, s.shape)
+                self.physical[s.name] = (offs, np.full(int(offs.max()) + 1, np.nan if s.dtype.is_float else 0,
+                                                       storage_dtype(s.dtype)))
             if self.shadow is not None:
                 self.shadow.alloc(s.name, s.shape)
         elif isinstance(s, ir.AllocBarrier):
@@ -188,6 +196,8 @@ class BlockMachine:
             mb = self.barrier(s.barrier, s.span)
             mb.arrivals += 1
             mb.maybe_complete()
+            if self.in_roles:
+                yield  # switch roles at every release: the waiter runs as early as the GPU may let it
         elif isinstance(s, ir.ExpectTx):
             mb = self.barrier(s.barrier, s.span)
             mb.tx_expected += int(self.scalar(s.nbytes))
@@ -309,6 +319,10 @@ class BlockMachine:
 
     def land(self, cp: _Copy) -> None:
         self.shared[cp.buffer][cp.index] = cp.data
+        if cp.buffer in self.physical:
+            offs, flat = self.physical[cp.buffer]
+            flat[offs[cp.index]] = np.broadcast_to(cp.data, offs[cp.index].shape)
+            self.shared[cp.buffer][...] = flat[offs]
         if self._shadow_on():
             self.shadow.write(cp.buffer, cp.index, cp.writers, self._epoch(), cp.span, cp.asynchronous)
 
@@ -323,6 +337,9 @@ class BlockMachine:
     def store(self, s: ir.Store) -> None:
         value = self.eval(s.value)
         arr, src, shape, dst = self.resolve(s.dst, s.span, masked=s.masked, for_write=True)
+        if self.shadow is not None and self.store_counts is not None:
+            counts = self.store_counts.setdefault(s.dst.base, np.zeros(arr.shape, np.int32))
+            counts[src] += 1
         value = np.broadcast_to(round_to(value, s.dst.dtype), shape)
         if s.dst.transposed:
             value = value.T
@@ -488,11 +505,20 @@ def execute(kernel: ir.Kernel, arrays: dict[str, np.ndarray], dims: dict[str, in
     grid = grid_size(kernel, dims, scalars)
     order = blocks if blocks is not None else itertools.product(*(range(n) for n in grid))
     found = []
+    counts: dict[str, np.ndarray] = {}
     for b in order:
         bz = tuple(b) + (0,) * (3 - len(b))
         shadow = Shadow(bz) if observe_hazards else None
-        BlockMachine(kernel, arrays, dims, scalars, bz, grid, shadow).run()
+        m = BlockMachine(kernel, arrays, dims, scalars, bz, grid, shadow)
+        m.store_counts = counts
+        m.run()
         if shadow is not None:
             found.extend(shadow.found)
+    for name, c in counts.items():
+        twice = np.argwhere(c > 1)
+        if len(twice):
+            el = tuple(int(x) for x in twice[0])
+            found.append(ObservedHazard("output-written-twice", name, el, NONE, NONE, None, None, (),
+                                        f"written {int(c[el])} times"))
     return found
 

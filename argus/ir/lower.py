@@ -62,9 +62,10 @@ class _Lower:
             t = self.t(v)
             if isinstance(v, ast.Call) and v.func_name == "shared":
                 dt, shape = self.c.consts[id(v.args[0])]
-                sw = v.kw("swizzle")
+                sw, lay = v.kw("swizzle"), v.kw("layout")
                 self.shared.add(tgt.id)
-                out.append(ir.AllocShared(s.span, tgt.id, dt, shape, self.c.consts[id(sw.value)] if sw else 0))
+                out.append(ir.AllocShared(s.span, tgt.id, dt, shape, self.c.consts[id(sw.value)] if sw else 0,
+                                          self.c.consts[id(lay.value)] if lay else None))
             elif isinstance(v, ast.Call) and v.func_name == "mbarrier":
                 cnt, n = v.kw("count"), v.kw("n")
                 out.append(ir.AllocBarrier(s.span, tgt.id, self.c.consts[id(cnt.value)] if cnt else 1,

@@ -148,6 +148,23 @@ class FragmentLayout:
 
 
 @dataclass(frozen=True)
+class RegLayout:
+    """How a register tile is spread over the threads of its scope (the block, or one role).
+
+    Set by layout assignment (argus/ir/passes/layouts.py, which also turns it into a Fragment map).
+    kind "mma": the accumulator fragment of the `mma` whose FragmentLayout is `mma`; kind "blocked":
+    threads in row-major order over runs of `vec` consecutive elements of the last axis (loads,
+    arithmetic and stores with no mma involved).
+    """
+
+    kind: str  # "mma" | "blocked"
+    shape: tuple[int, ...]
+    threads: int
+    mma: FragmentLayout | None = None
+    vec: int = 1
+
+
+@dataclass(frozen=True)
 class Shfl(Expr):
     x: Expr | None = None
     mask: int = 0
@@ -198,6 +215,7 @@ class Stmt:
 class Let(Stmt):
     name: str = ""
     value: Expr | None = None
+    layout: RegLayout | None = None  # register tiles: set by layout assignment
 
 
 @dataclass(frozen=True)
@@ -206,6 +224,7 @@ class AllocShared(Stmt):
     dtype: DType | None = None
     shape: tuple[int, ...] = ()
     swizzle: int = 0
+    layout: tuple | None = None  # explicit placement (argus.ir.smem_layout), instead of a swizzle mode
 
 
 @dataclass(frozen=True)
@@ -232,6 +251,7 @@ class Copy(Stmt):
     mode: str = "sync"
     masked: bool = True  # out-of-bounds source elements read as zero instead of faulting
     barrier: BarrierRef | None = None  # mbarrier completed by a bulk copy
+    layout: RegLayout | None = None  # a register-tile source: set by layout assignment
 
 
 @dataclass(frozen=True)
@@ -277,6 +297,7 @@ class Store(Stmt):
     dst: Ref | None = None
     value: Expr | None = None
     masked: bool = True  # out-of-bounds elements are skipped instead of faulting
+    layout: RegLayout | None = None  # a register-tile value: set by layout assignment
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,7 @@ def stmts(body, indent: int = 1) -> list[str]:
         if isinstance(s, ir.Let):
             out.append(f"{pad}{s.name}: {ty(s.value.type)} = {expr(s.value)}")
         elif isinstance(s, ir.AllocShared):
-            sw = f", swizzle={s.swizzle}" if s.swizzle else ""
+            sw = (f", swizzle={s.swizzle}" if s.swizzle else "") + (f", layout={s.layout}" if s.layout else "")
             out.append(f"{pad}{s.name} = shared({s.dtype}[{', '.join(map(str, s.shape))}]{sw})")
         elif isinstance(s, ir.AllocBarrier):
             out.append(f"{pad}{s.name} = mbarrier(count={s.count}{'' if s.n is None else f', n={s.n}'})")

@@ -1,0 +1,60 @@
+"""Alignment of bulk (TMA) copies: the tensor's row pitch must be a multiple of 16 bytes, the box's
+contiguous extent a multiple of 16 bytes, and no box dimension above 256 elements.
+
+(cp.async tile copies are not checked here: the code generator picks the widest vector the runtime
+pitch allows and falls back to narrower copies.) A dims-dependent requirement is proved for every
+allowed dim; restrict the dims with assume(...) when the kernel only supports aligned shapes.
+"""
+
+from __future__ import annotations
+
+import z3
+
+from argus.analysis.checks.common import Analysis
+from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Counterexample, Finding, Replay
+from argus.analysis.symbolic import as_int, solver
+
+CODES = ["misaligned-copy"]
+
+
+def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
+    status, findings, seen = VERIFIED, [], set()
+    for trace, ctx in zip(a.traces, a.contexts):
+        for s, src, _dst in trace.bulk_copies:
+            if s.span in seen:
+                continue
+            t = a.kernel.tensor(src.base)
+            eb = t.dtype.bytes
+            probs = []
+            kept = [e for e in src.extents if e is not None]
+            if kept and (kept[-1] * eb) % 16:
+                probs.append(f"the box's contiguous extent is {kept[-1] * eb} bytes, not a multiple of 16")
+            if any(e > 256 for e in kept):
+                probs.append("a TMA box dimension exceeds 256 elements")
+            if src.extents[-1] is None:
+                probs.append("a TMA box must include the tensor's contiguous axis")
+            pitch = as_int(eb)
+            for d in reversed(t.dims[1:]):
+                pitch = pitch * (as_int(d) if isinstance(d, int) else ctx.dims[d])
+                sv = solver()
+                sv.add(*trace.constraints, pitch % 16 != 0)
+                small = [v <= 512 for v in ctx.dims.values()]
+                r = sv.check(*small)
+                if r == z3.unsat:
+                    r = sv.check()
+                if r == z3.sat:
+                    m = sv.model()
+                    dims = {k: m.eval(v, model_completion=True).as_long() for k, v in ctx.dims.items()}
+                    probs.append(f"a row pitch of {m.eval(pitch, model_completion=True)} bytes (dims {dims}) is not "
+                                 "a multiple of 16; add assume(...) if only aligned shapes are supported")
+                    break
+                if r == z3.unknown and status == VERIFIED:
+                    status = UNKNOWN
+            for p in probs:
+                seen.add(s.span)
+                findings.append(Finding("misaligned-copy", VIOLATED, f"bulk copy of {src.describe()} is misaligned",
+                                        s.span, Counterexample(notes=[p]),
+                                        Replay(True, "confirmed by evaluating the copy's addresses: " + p),
+                                        CHECKS["misaligned-copy"]))
+                status = VIOLATED
+    return {"misaligned-copy": (status, findings)}

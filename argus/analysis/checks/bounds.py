@@ -1,0 +1,45 @@
+"""Out-of-bounds global accesses: an unmasked tile access must stay inside its tensor."""
+
+from __future__ import annotations
+
+import z3
+
+from argus.analysis.checks.common import Analysis
+from argus.analysis.executor import Obligation
+from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
+from argus.analysis.solve import check_batch, counterexample, small_model
+from argus.analysis.symbolic import as_int
+from argus.ir.threads import copy_thread
+
+CODES = ["oob-global"]
+
+
+def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
+    status, findings, seen = VERIFIED, [], set()
+    for trace, ctx in zip(a.traces, a.contexts):
+        for n, (view, masked, kind, span, step, _threads) in enumerate(trace.global_accesses):
+            if masked or span in seen:
+                continue
+            t = a.kernel.tensor(view.base)
+            idx = tuple(z3.Int(f"g{n}_{d}") for d in range(len(view.shape)))
+            coords = view.coords(idx)
+            dims = [as_int(d) if isinstance(d, int) else ctx.dims[d] for d in t.dims]
+            out = z3.Or(*[z3.Or(as_int(c) < 0, as_int(c) >= d) for c, d in zip(coords, dims)])
+            dom = [c for i, m in zip(idx, view.shape) for c in (i >= 0, i < m)]
+            ob = Obligation("oob-global", span, f"unmasked {kind} of {view.describe()} reaches outside tensor "
+                            f"'{view.base}'", out, dom, {f"element[{d}]": i for d, i in enumerate(idx)}, step)
+            st, _ob, _m = check_batch(trace, [ob], ctx)
+            if st == VIOLATED:
+                m = small_model(trace, z3.And(*dom, out), ctx)
+                cx = counterexample(m, ctx, ob)
+                el = tuple(cx.values[f"element[{d}]"] for d in range(len(idx)))
+                cx.thread = int(copy_thread(el, view.shape, view.dtype.bytes, a.kernel.threads))
+                where = ", ".join(str(m.eval(as_int(c), model_completion=True)) for c in coords)
+                shape = ", ".join(str(cx.dims.get(d, d)) for d in t.dims)
+                cx.notes = [f"touches {view.base}[{where}] of a {t.dtype}[{shape}] tensor"]
+                findings.append(Finding("oob-global", VIOLATED, ob.message, span, cx, invariant=CHECKS["oob-global"]))
+                status = VIOLATED
+                seen.add(span)
+            elif st == UNKNOWN and status == VERIFIED:
+                status = UNKNOWN
+    return {"oob-global": (status, findings)}

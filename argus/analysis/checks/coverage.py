@@ -1,0 +1,140 @@
+"""Output coverage: every element of every output is written, and none twice, over the whole grid.
+
+Stores are collected for one symbolic block; the block ids are then quantified: "unwritten" asks for an
+in-range element that no block's store covers (a universally quantified block), "written twice" for
+two distinct (block, store) pairs covering the same element. Paths whose decisions depend on the block
+id (different blocks, different control flow) are reported as unknown.
+"""
+
+from __future__ import annotations
+
+import z3
+
+from argus.analysis.checks.common import Analysis
+from argus.analysis.executor import Obligation
+from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
+from argus.analysis.solve import counterexample, value
+from argus.analysis.symbolic import SOLVER_TIMEOUT_MS, as_int, solver
+
+CODES = ["output-unwritten", "output-written-twice"]
+
+
+def _mentions(e, names: set[str]) -> bool:
+    todo = [e]
+    while todo:
+        x = todo.pop()
+        if z3.is_const(x) and x.decl().name() in names:
+            return True
+        todo.extend(x.children())
+    return False
+
+
+def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
+    status = {c: VERIFIED for c in CODES}
+    findings: dict[str, list[Finding]] = {c: [] for c in CODES}
+    for trace, ctx in zip(a.traces, a.contexts):
+        if trace.deadlock is not None:
+            continue  # the path never reaches its stores; the deadlock check reports it
+        block_names = {str(b) for b in ctx.block}
+        decided = trace.constraints[len(ctx.constraints):]
+        if any(_mentions(c, block_names) for c in decided if not isinstance(c, bool)):
+            for c in CODES:
+                if status[c] == VERIFIED:
+                    status[c] = UNKNOWN
+            a.notes.append("coverage: blocks take different paths; coverage not proved")
+            continue
+        base = [c for c in trace.constraints if not _mentions(c, block_names)]
+        for out in a.kernel.outputs:
+            t = a.kernel.tensor(out)
+            stores = [s for s in trace.stores if s.view.base == out]
+            dims = [as_int(d) if isinstance(d, int) else ctx.dims[d] for d in t.dims]
+            c = tuple(z3.Int(f"{out}_c{d}") for d in range(len(dims)))
+            in_range = z3.And(*[z3.And(x >= 0, x < d) for x, d in zip(c, dims)])
+
+            def covers(st, blk, ctx=ctx, c=c):
+                sub = list(zip(ctx.block, blk))
+                starts = tuple(z3.substitute(as_int(s), *sub) for s in st.view.starts)
+                from argus.analysis.executor import View
+                v = View(st.view.space, st.view.base, starts, st.view.extents, st.view.transposed, st.view.shape,
+                         st.view.dtype)
+                return v.covers(c)
+
+            def in_grid(blk, ctx=ctx):
+                return z3.And(*[z3.And(b >= 0, b < as_int(g)) for b, g in zip(blk, ctx.grid)])
+
+            if not _done(status, findings, "output-unwritten", out):
+                # For each store, the block that would cover element c (solving start(b) <= c < start(b) + T
+                # for starts of the form T * b + offset); c is unwritten if no store's candidate covers it.
+                # A wrongly claimed violation is caught by replay; a verified claim is sound either way.
+                cands = [_candidate_block(st, ctx, c) for st in stores]
+                if any(cb is None for cb in cands):
+                    bq = tuple(z3.Int(f"q{d}") for d in range(3))
+                    none = z3.ForAll(list(bq), z3.Implies(in_grid(bq), z3.Not(z3.Or(*[covers(s, bq) for s in stores]))))
+                else:
+                    none = z3.And(*[z3.Not(z3.And(in_grid(cb), covers(st, cb))) for st, cb in zip(stores, cands)])
+                if not stores:
+                    none = z3.BoolVal(True)
+                _record(status, findings, "output-unwritten", base, z3.And(in_range, none), ctx, c, out, trace,
+                        f"output '{out}' has elements no block writes", stores[0].span if stores else a.kernel.span)
+            if not _done(status, findings, "output-written-twice", out) and stores:
+                b1 = tuple(z3.Int(f"p{d}") for d in range(3))
+                b2 = tuple(z3.Int(f"r{d}") for d in range(3))
+                pairs = []
+                for i, s1 in enumerate(stores):
+                    for j, s2 in enumerate(stores):
+                        if j < i:
+                            continue
+                        distinct = z3.Or(*[x != y for x, y in zip(b1, b2)]) if i == j else z3.BoolVal(True)
+                        pairs.append(z3.And(distinct, covers(s1, b1), covers(s2, b2)))
+                _record(status, findings, "output-written-twice", base,
+                        z3.And(in_range, in_grid(b1), in_grid(b2), z3.Or(*pairs)), ctx, c, out, trace,
+                        f"output '{out}' has elements written more than once", stores[0].span)
+    return {k: (status[k], findings[k]) for k in CODES}
+
+
+def _candidate_block(st, ctx, c) -> tuple | None:
+    """The block whose store `st` would cover element c, when each block id appears in exactly one
+    axis start as T * b + offset (T the tile extent); None when the starts have another form."""
+    blk = []
+    for b in ctx.block:
+        found = None
+        for ax, (start, ext) in enumerate(zip(st.view.starts, st.view.extents)):
+            e = as_int(start)
+            if ext is None or not _mentions(e, {str(b)}):
+                continue
+            at0 = z3.simplify(z3.substitute(e, (b, z3.IntVal(0))))
+            at1 = z3.simplify(z3.substitute(e, (b, z3.IntVal(1))))
+            step = z3.simplify(at1 - at0)
+            others = {str(x) for x in ctx.block if x is not b}
+            if not z3.is_int_value(step) or step.as_long() != ext or _mentions(at0, others):
+                return None
+            found = (c[ax] - at0) / ext
+            break
+        blk.append(found if found is not None else z3.IntVal(0))
+    return tuple(blk)
+
+
+def _done(status, findings, code, out) -> bool:
+    return any(f"'{out}'" in f.message for f in findings[code])
+
+
+def _record(status, findings, code, base, formula, ctx, c, out, trace, msg, span) -> None:
+    s = solver(SOLVER_TIMEOUT_MS)
+    s.add(*base, formula)
+    small = [d <= 512 for d in ctx.dims.values()]
+    r = s.check(*small)
+    if r == z3.unsat:
+        r = s.check()
+    if r == z3.unsat:
+        return
+    if r == z3.unknown:
+        if status[code] == VERIFIED:
+            status[code] = UNKNOWN
+        return
+    m = s.model()
+    ob = Obligation(code, span, msg, formula, [], {}, {})
+    cx = counterexample(m, ctx, ob)
+    cx.block = None
+    cx.values = {"element": f"{out}[{', '.join(str(value(m, x)) for x in c)}]"}
+    findings[code].append(Finding(code, VIOLATED, msg, span, cx, invariant=CHECKS[code]))
+    status[code] = VIOLATED

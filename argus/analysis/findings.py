@@ -1,0 +1,110 @@
+"""What the verifier reports: per check an outcome, and per violation a counterexample.
+
+Exactly three outcomes: "verified", "violated" (with a counterexample), "unknown" (solver timeout or
+an unsupported construct) -- unknown is never reported as verified.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from argus.dsl.diagnostics import Span
+
+VERIFIED, VIOLATED, UNKNOWN = "verified", "violated", "unknown"
+
+# Every check the verifier runs, with its code and what it proves.
+CHECKS = {
+    "mma-contraction": "an mma multiplies A and B elements with the same contracted coordinate",
+    "mma-accumulator": "an mma updates each accumulator element with its own row of A and column of B",
+    "store-coordinates": "a stored element comes from the coordinates it is stored at",
+    "tag-assertion": "every assert_tag relation holds for every block, step and element",
+    "uninitialized-read": "shared memory is read only where a landed copy has written it",
+    "async-read-before-wait": "an async-copied buffer is read only after the wait that lands it",
+    "async-overwrite": "an async copy never overwrites a stage another thread may still be reading",
+    "race": "no two threads touch the same shared element, one writing, without a barrier between",
+    "oob-global": "unmasked global accesses stay inside the tensor",
+    "oob-shared": "shared-memory views stay inside their buffer",
+    "output-unwritten": "every output element is written",
+    "output-written-twice": "no output element is written twice",
+    "mma-layout": "mma operands are laid out as the instruction's fragments / descriptors require",
+    "swizzle-bijective": "each swizzled buffer's address map is a bijection onto the buffer",
+    "misaligned-copy": "vector and bulk (TMA) copies meet their alignment requirements",
+    "deadlock": "every mbarrier wait is eventually satisfied",
+}
+
+
+@dataclass
+class Counterexample:
+    dims: dict[str, int] = field(default_factory=dict)
+    block: tuple[int, ...] | None = None
+    thread: int | None = None
+    steps: dict[str, int] = field(default_factory=dict)
+    values: dict[str, int] = field(default_factory=dict)  # element indices and other named variables
+    sides: dict[str, dict[str, object]] = field(default_factory=dict)  # tag values on each side
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"dims": self.dims, "block": list(self.block) if self.block else None, "thread": self.thread,
+                "warp": None if self.thread is None else self.thread // 32,
+                "lane": None if self.thread is None else self.thread % 32, "steps": self.steps,
+                "values": self.values, "tags": self.sides, "notes": self.notes}
+
+
+@dataclass
+class Replay:
+    confirmed: bool
+    summary: str
+
+    def to_json(self) -> dict:
+        return {"confirmed": self.confirmed, "summary": self.summary}
+
+
+@dataclass
+class Finding:
+    check: str
+    status: str  # VIOLATED | UNKNOWN
+    message: str
+    span: Span | None
+    counterexample: Counterexample | None = None
+    replay: Replay | None = None
+    invariant: str = ""
+
+    def to_json(self) -> dict:
+        return {"check": self.check, "status": self.status, "message": self.message,
+                "span": self.span.to_json() if self.span else None, "invariant": self.invariant,
+                "counterexample": self.counterexample.to_json() if self.counterexample else None,
+                "replay": self.replay.to_json() if self.replay else None}
+
+
+@dataclass
+class CheckResult:
+    check: str
+    status: str
+    seconds: float
+    findings: list[Finding] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    kernel: str
+    path: str
+    results: list[CheckResult]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for r in self.results for f in r.findings]
+
+    @property
+    def status(self) -> str:
+        if any(r.status == VIOLATED for r in self.results):
+            return VIOLATED
+        if any(r.status == UNKNOWN for r in self.results):
+            return UNKNOWN
+        return VERIFIED
+
+    def to_json(self) -> dict:
+        return {"kernel": self.kernel, "file": self.path, "status": self.status, "notes": self.notes,
+                "checks": [{"check": r.check, "status": r.status, "seconds": round(r.seconds, 4)}
+                           for r in self.results],
+                "findings": [f.to_json() for f in self.findings]}

@@ -1,0 +1,67 @@
+"""The periodicity certificate that extends bounded trip counts to every trip count.
+
+Loops are explored for trip counts up to 2P + 2, P the loop body's period. That covers every trip count
+when the body depends on the loop variable only through (a) `x % c` (ring-buffer stage, phase parity),
+(b) the starts of global-memory tiles (translation: tags compare coordinates of the same step, bounds
+depend only on the tail), and (c) comparisons with constants below the cap (eventually constant):
+then a violation at a larger trip count repeats, shifted by a multiple of P, at one within the cap.
+A truncated loop without this certificate makes the verdicts that depend on it `unknown`.
+"""
+
+from __future__ import annotations
+
+from argus.ir import nodes as ir
+from argus.ir.transform import walk
+
+
+def _uses(e, names: set[str]) -> bool:
+    return any(isinstance(x, ir.Var) and x.name in names for x in walk(e))
+
+
+def certify(loop: ir.For, cap: int) -> tuple[bool, str]:
+    derived = {loop.var}
+    for s in walk(loop.body):
+        if isinstance(s, ir.Let) and _uses(s.value, derived) and not _periodic(s.value, derived):
+            derived.add(s.name)
+    problems: list[str] = []
+
+    def visit(node, allowed: bool) -> None:
+        if isinstance(node, ir.Var) and node.name in derived and not allowed:
+            problems.append(node.name)
+            return
+        if isinstance(node, ir.Bin) and node.op == "%" and isinstance(node.b, ir.Const):
+            return  # periodic
+        if isinstance(node, ir.Cmp) and node.op in ("<", "<=", ">", ">=", "==", "!=") and \
+                (isinstance(node.b, ir.Const) and isinstance(node.b.value, int) and abs(node.b.value) < cap // 2):
+            return  # compares the step with a small constant: constant after the first steps
+        if isinstance(node, ir.Ref):
+            for st in node.starts:
+                visit(st, allowed or node.space == "global")
+            return
+        if isinstance(node, ir.Let):
+            if node.name in derived:
+                return  # checked where it is used
+            visit(node.value, allowed)
+            return
+        if isinstance(node, (ir.Expr, ir.Stmt, ir.BarrierRef)):
+            for f in node.__dataclass_fields__:
+                if f in ("span", "type"):
+                    continue
+                v = getattr(node, f)
+                for x in (v if isinstance(v, tuple) else (v,)):
+                    if isinstance(x, tuple):
+                        for y in x:
+                            visit(y, allowed)
+                    elif isinstance(x, (ir.Expr, ir.Stmt, ir.Ref, ir.BarrierRef)):
+                        visit(x, allowed)
+
+    for s in loop.body:
+        visit(s, False)
+    if problems:
+        return False, f"loop variable '{loop.var}' (through {', '.join(sorted(set(problems)))}) is used in a " \
+                      "way that is not periodic"
+    return True, ""
+
+
+def _periodic(e, derived: set[str]) -> bool:
+    return isinstance(e, ir.Bin) and e.op == "%" and isinstance(e.b, ir.Const)

@@ -1,0 +1,73 @@
+"""Discharging obligations with Z3 and turning models into counterexamples."""
+
+from __future__ import annotations
+
+import z3
+
+from argus.analysis.executor import Obligation, Trace
+from argus.analysis.findings import UNKNOWN, VERIFIED, VIOLATED, Counterexample
+from argus.analysis.symbolic import Context, solver
+
+SMALL = 512  # first look for counterexamples with every dim <= SMALL, so that replay is fast
+
+
+def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeout_ms: int = 8000
+                ) -> tuple[str, Obligation | None, z3.ModelRef | None]:
+    """One query for many obligations: verified if none can be violated; else the first violated one."""
+    if not obligations:
+        return VERIFIED, None, None
+    s = solver(timeout_ms)
+    s.add(*trace.constraints)
+    s.add(z3.Or(*[z3.And(*ob.domain, ob.bad) for ob in obligations]))
+    r = s.check()
+    if r == z3.unsat:
+        return VERIFIED, None, None
+    if r == z3.unknown:
+        return UNKNOWN, None, None
+    m = s.model()
+    for ob in obligations:
+        if z3.is_true(m.eval(z3.And(*ob.domain, ob.bad), model_completion=True)):
+            return VIOLATED, ob, m
+    return VIOLATED, obligations[0], m
+
+
+def small_model(trace: Trace, formula, ctx: Context, timeout_ms: int = 8000) -> z3.ModelRef | None:
+    """A model of `formula` under the trace's constraints, with small dims when possible."""
+    s = solver(timeout_ms)
+    s.add(*trace.constraints, formula)
+    small = [d <= SMALL for d in ctx.dims.values()]
+    if small and s.check(*small) == z3.sat:
+        return s.model()
+    if s.check() == z3.sat:
+        return s.model()
+    return None
+
+
+def value(m: z3.ModelRef, t) -> object:
+    if isinstance(t, (int, bool)):
+        return t
+    v = m.eval(t, model_completion=True)
+    if z3.is_int_value(v):
+        return v.as_long()
+    if z3.is_true(v):
+        return True
+    if z3.is_false(v):
+        return False
+    if z3.is_rational_value(v):
+        return float(v.as_fraction())
+    return str(v)
+
+
+def counterexample(m: z3.ModelRef, ctx: Context, ob: Obligation) -> Counterexample:
+    cx = Counterexample()
+    cx.dims = {d: value(m, v) for d, v in ctx.dims.items()}
+    cx.block = tuple(value(m, b) for b in ctx.block[: len(ctx.kernel.grid)])
+    cx.steps = dict(ob.step)
+    cx.values = {k: value(m, v) for k, v in ob.variables.items()}
+    cx.sides = {label: {f: value(m, t) for f, t in fields.items()} for label, fields in ob.sides.items()}
+    return cx
+
+
+def obligation_counterexample(trace: Trace, ob: Obligation, ctx: Context) -> Counterexample | None:
+    m = small_model(trace, z3.And(*ob.domain, ob.bad), ctx)
+    return None if m is None else counterexample(m, ctx, ob)

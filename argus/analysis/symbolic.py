@@ -1,0 +1,213 @@
+"""Z3 vocabulary of the verifier: runtime dims, block ids and scalar IR expressions as integer terms.
+
+Compile-time parameters are already constants in the IR, so index arithmetic is linear with div/mod
+by constants. Runtime dims range over [1, DIM_MAX] unless fixed with -D or restricted by assume().
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import z3
+
+from argus.dsl.types import ScalarT, TileT
+from argus.ir import nodes as ir
+
+DIM_MAX = 1 << 16  # the documented default range of a runtime dimension: 1 .. 65536
+SOLVER_TIMEOUT_MS = 5000
+
+
+class Unsupported(Exception):
+    """A construct the verifier cannot encode: the affected checks report `unknown`."""
+
+    def __init__(self, message: str, span=None):
+        super().__init__(message)
+        self.span = span
+
+
+def solver(timeout_ms: int = SOLVER_TIMEOUT_MS) -> z3.Solver:
+    s = z3.Solver()
+    s.set("timeout", timeout_ms)
+    return s
+
+
+def as_int(v):
+    if isinstance(v, bool):
+        return z3.IntVal(int(v))
+    if isinstance(v, int):
+        return z3.IntVal(v)
+    return v
+
+
+def zdiv(a, b):
+    """Floor division. z3's Int division is Euclidean, which agrees with floor for positive divisors."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    return as_int(a) / as_int(b)
+
+
+def zmod(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a % b
+    return as_int(a) % as_int(b)
+
+
+def zmin(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    return z3.If(as_int(a) <= as_int(b), as_int(a), as_int(b))
+
+
+def zmax(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return max(a, b)
+    return z3.If(as_int(a) >= as_int(b), as_int(a), as_int(b))
+
+
+def simplify_int(v):
+    """Python int when the term is a numeral."""
+    if isinstance(v, (int, bool)):
+        return int(v)
+    s = z3.simplify(v)
+    if z3.is_int_value(s):
+        return s.as_long()
+    return s
+
+
+@dataclass
+class Context:
+    """The symbolic configuration: dims, block ids, grid, and the constraints relating them."""
+
+    kernel: ir.Kernel
+    defines: dict[str, object]
+    dims: dict[str, z3.ArithRef] = field(default_factory=dict)
+    block: tuple[z3.ArithRef, ...] = ()
+    grid: tuple = ()
+    constraints: list = field(default_factory=list)
+    scalars: dict[str, z3.ArithRef] = field(default_factory=dict)
+
+    @staticmethod
+    def create(kernel: ir.Kernel, defines: dict[str, object]) -> Context:
+        c = Context(kernel, dict(defines))
+        for d in kernel.dims:
+            v = z3.Int(d)
+            c.dims[d] = v
+            if d in defines:
+                c.constraints.append(v == int(defines[d]))
+            else:
+                c.constraints += [v >= 1, v <= DIM_MAX]
+        for s in kernel.scalars:
+            c.scalars[s.name] = z3.Real(s.name) if s.dtype.is_float else z3.Int(s.name)
+        c.block = tuple(z3.Int(f"block_{a}") for a in "xyz")
+        grid = [Evaluator(c, {}).scalar(g) for g in kernel.grid]
+        grid += [1] * (3 - len(grid))
+        c.grid = tuple(grid)
+        for b, g in zip(c.block, grid):
+            c.constraints += [b >= 0, b < as_int(g)]
+        return c
+
+
+class Evaluator:
+    """Scalar IR expressions -> z3 terms (or Python ints when constant)."""
+
+    def __init__(self, ctx: Context, env: dict[str, object]):
+        self.ctx = ctx
+        self.env = env
+
+    def scalar(self, e: ir.Expr):
+        if isinstance(e.type, TileT):
+            raise Unsupported("a tile where a scalar was expected", e.span)
+        m = getattr(self, "_" + type(e).__name__, None)
+        if m is None:
+            raise Unsupported(f"{type(e).__name__} in a scalar expression", e.span)
+        return m(e)
+
+    def _Const(self, e: ir.Const):
+        v = e.value
+        if isinstance(v, float):
+            return z3.RealVal(v)
+        return int(v) if v is not None else 0
+
+    def _Var(self, e: ir.Var):
+        if e.name in self.env:
+            return self.env[e.name]
+        if e.name in self.ctx.dims:
+            return self.ctx.dims[e.name]
+        if e.name in self.ctx.scalars:
+            return self.ctx.scalars[e.name]
+        raise Unsupported(f"'{e.name}' has no value here", e.span)
+
+    def _Special(self, e: ir.Special):
+        if e.kind == "block_id":
+            return self.ctx.block[e.axis]
+        if e.kind == "num_blocks":
+            return self.ctx.grid[e.axis]
+        raise Unsupported(f"{e.kind}() in index arithmetic (per-thread values are not modelled)", e.span)
+
+    def _Bin(self, e: ir.Bin):
+        a, b = self.scalar(e.a), self.scalar(e.b)
+        op = e.op
+        if op == "//":
+            return zdiv(a, b)
+        if op == "%":
+            return zmod(a, b)
+        if op in ("+", "-", "*"):
+            if isinstance(a, int) and isinstance(b, int):
+                return {"+": a + b, "-": a - b, "*": a * b}[op]
+            a, b = as_int(a), as_int(b)
+            return {"+": a + b, "-": a - b, "*": a * b}[op]
+        if op == "/":
+            return as_int(a) / as_int(b)
+        raise Unsupported(f"operator {op} in index arithmetic", e.span)
+
+    def _Un(self, e: ir.Un):
+        a = self.scalar(e.a)
+        if e.op == "-":
+            return -a
+        if e.op == "not":
+            return z3.Not(to_bool(a))
+        raise Unsupported(f"operator {e.op}", e.span)
+
+    def _Cmp(self, e: ir.Cmp):
+        a, b = self.scalar(e.a), self.scalar(e.b)
+        if e.op == "and":
+            return z3.And(to_bool(a), to_bool(b))
+        if e.op == "or":
+            return z3.Or(to_bool(a), to_bool(b))
+        if isinstance(a, int) and isinstance(b, int):
+            return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[e.op]
+        a, b = as_int(a), as_int(b)
+        return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[e.op]
+
+    def _Select(self, e: ir.Select):
+        c = to_bool(self.scalar(e.cond))
+        a, b = self.scalar(e.a), self.scalar(e.b)
+        if isinstance(c, bool):
+            return a if c else b
+        return z3.If(c, as_int(a), as_int(b))
+
+    def _Math(self, e: ir.Math):
+        args = [self.scalar(a) for a in e.args]
+        if e.fn == "cdiv":
+            a, b = args
+            return zdiv(a + b - 1, b) if isinstance(b, int) and b > 0 else zdiv(as_int(a) + as_int(b) - 1, b)
+        if e.fn == "min":
+            return zmin(*args)
+        if e.fn == "max":
+            return zmax(*args)
+        if e.fn == "cast" and isinstance(e.type, ScalarT) and not e.type.dtype.is_float:
+            return args[0]
+        if e.fn == "abs":
+            a = args[0]
+            return abs(a) if isinstance(a, int) else z3.If(a >= 0, a, -a)
+        raise Unsupported(f"{e.fn}() in index arithmetic", e.span)
+
+
+def to_bool(v):
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return v != 0
+    if z3.is_bool(v):
+        return v
+    return v != 0

@@ -1,0 +1,57 @@
+"""The verifier's front door: explore the lowered IR symbolically, run every check, replay violations."""
+
+from __future__ import annotations
+
+import time
+
+from argus.analysis import checks
+from argus.analysis.checks.common import Analysis
+from argus.analysis.executor import explore, loop_periods
+from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, CheckResult, Finding, Report
+from argus.analysis.periodicity import certify
+from argus.analysis.replay import replay
+from argus.analysis.symbolic import Unsupported
+from argus.ir import nodes as ir
+from argus.ir.transform import walk
+
+
+def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_replay: bool = True) -> Report:
+    defines = dict(defines or {})
+    t0 = time.perf_counter()
+    try:
+        traces, contexts, notes = explore(kernel, defines)
+    except Unsupported as exc:
+        where = f" at {exc.span.path}:{exc.span.line}" if exc.span else ""
+        results = [CheckResult(c, UNKNOWN, 0.0, [Finding(c, UNKNOWN, f"not checked: unsupported construct: {exc}",
+                                                          exc.span, invariant=CHECKS[c])]) for c in CHECKS]
+        return Report(kernel.name, kernel.path, results, [f"symbolic execution stopped{where}: {exc}"])
+    explore_s = time.perf_counter() - t0
+    a = Analysis(kernel, defines, traces, contexts, notes)
+    caps = loop_periods(kernel)
+    loops = {n.span: n for n in walk(kernel.body) if isinstance(n, ir.For)}
+    for tr in traces:
+        for span in tr.truncated:
+            loop = loops.get(span)
+            if loop is None:
+                continue
+            ok, why = certify(loop, caps.get(id(loop), 8))
+            if not ok and span not in a.uncertified:
+                a.uncertified.append(span)
+                a.notes.append(f"{span.path}:{span.line}: trip counts above {caps.get(id(loop), 8)} not covered: {why}")
+    results: list[CheckResult] = [CheckResult("symbolic-execution", VERIFIED, explore_s)]
+    for mod in checks.ALL:
+        t = time.perf_counter()
+        out = mod.run(a)
+        dt = (time.perf_counter() - t) / max(1, len(out))
+        for code, (status, findings) in out.items():
+            if status == VERIFIED and a.uncertified:
+                status = UNKNOWN
+            results.append(CheckResult(code, status, dt, findings))
+    if do_replay:
+        for r in results:
+            for f in r.findings:
+                if f.status == VIOLATED:
+                    f.replay = replay(kernel, defines, f)
+    results[0].findings = []
+    notes = a.notes + [f"{len(traces)} path(s) explored"]
+    return Report(kernel.name, kernel.path, results[1:], notes + [f"symbolic execution: {explore_s:.2f} s"])
