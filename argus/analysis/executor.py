@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import z3
 
 from argus.analysis.symbolic import Context, Evaluator, Unsupported, as_int, simplify_int, solver, to_bool
-from argus.analysis.tags import MISSING, ElemTags, SymTile, combine, const_tags, merge_if
+from argus.analysis.tags import MISSING, Contribution, ElemTags, SymTile, combine, const_tags, merge_if
 from argus.dsl.diagnostics import Span
 from argus.dsl.types import TileT
 from argus.ir import nodes as ir
@@ -472,6 +472,7 @@ class Executor:
         names = [d if isinstance(d, str) else f"axis{i}" for i, d in enumerate(t.dims)]
         tid = self.tensor_ids[v.base]
 
+        @_memo
         def fn(idx):
             c = v.coords(idx)
             fields = {n: as_int(x) for n, x in zip(names, c)}
@@ -485,7 +486,13 @@ class Executor:
         cands = [r for r in self.trace.records if r.view.base == v.base and r.land_pos is not None
                  and r.land_pos <= pos and r.view.may_overlap(v)]
         cands.sort(key=lambda r: r.land_pos)
+        # a record that covers exactly the view's region hides every older one
+        for n in range(len(cands) - 1, -1, -1):
+            if _same_region(cands[n].view, v):
+                cands = cands[n:]
+                break
 
+        @_memo
         def fn(idx):
             x = v.coords(idx)
             out = ElemTags({}, False, True, "uninitialised")
@@ -564,6 +571,10 @@ class Executor:
         t = next(t for t in self.k.tensors if t.name == v.base)
         idx = self.fresh_idx(v.shape, "e")
         coords = v.coords(idx)
+        dims = [as_int(d) if isinstance(d, int) else self.ctx.dims[d] for d in t.dims]
+        inside = z3.And(*[z3.And(as_int(c) >= 0, as_int(c) < d) for c, d in zip(coords, dims)])
+        if isinstance(value, SymTile) and value.history and len(idx) == 2:
+            self.accumulation_coverage(value.history, s.span, idx, self.idx_domain(idx, v.shape) + [inside])
         got = value.tags(idx) if isinstance(value, SymTile) else ElemTags()
         bads, sides_want, sides_got = [], {}, {}
         for d, c in zip(t.dims, coords):
@@ -572,14 +583,49 @@ class Executor:
                 sides_want[d], sides_got[d] = c, got.fields[d]
         if not bads:
             return
-        dims = [as_int(d) if isinstance(d, int) else self.ctx.dims[d] for d in t.dims]
-        inside = z3.And(*[z3.And(as_int(c) >= 0, as_int(c) < d) for c, d in zip(coords, dims)])
         self.trace.obligations.append(Obligation(
             "store-coordinates", s.span,
             f"the value stored to {v.base}[...] does not come from the coordinates it is stored at",
             z3.And(inside, z3.Or(*bads)), self.idx_domain(idx, v.shape), self.idx_vars(idx, "element"),
             self.step_snapshot(), {f"destination {v.base}": sides_want, f"value ({got.origin})": sides_got},
             {"view": v}))
+
+    def accumulation_coverage(self, history: tuple, span, idx: tuple, element_domain: list) -> None:
+        """Each stored (in-range) accumulator element must sum every contracted coordinate in [0, dim)
+        exactly once.
+
+        Coordinate x counts as covered by step j when its candidate term kk = x - base_j (base_j the
+        step's first coordinate) has exactly coordinate x: exact for contiguous tiles, quantifier-free,
+        and never wrongly "verified" (a non-contiguous step can only produce a claim that replay then
+        fails to confirm)."""
+        r, col = idx
+        for f in history[0].coords:
+            dim = self.ctx.dims.get(f)
+            if dim is None:
+                continue
+            if any(f not in c.coords for c in history):
+                return
+            x = z3.Int(f"{f}_cov{self.fresh_id}")
+            self.fresh_id += 1
+            spans = [(c.coords[f](r, z3.IntVal(0)), c) for c in history]
+
+            def covered(base, c, x=x, f=f):
+                kk = x - base
+                return z3.And(kk >= 0, kk < c.extent, c.coords[f](r, kk) == x, c.live(r, col, kk))
+            cov = [covered(b, c) for b, c in spans]
+            names = {"row": r, "col": col, f: x}
+            self.trace.obligations.append(Obligation(
+                "accumulation-coverage", span,
+                f"the stored accumulator misses some {f} coordinates (never multiplied in)",
+                z3.And(*[z3.Not(cv) for cv in cov]), [x >= 0, x < dim] + element_domain, names,
+                self.step_snapshot(), extra={"kind": "missing"}))
+            if len(cov) > 1:
+                twice = z3.Or(*[z3.And(cov[i], cov[j]) for i in range(len(cov)) for j in range(i + 1, len(cov))])
+                self.trace.obligations.append(Obligation(
+                    "accumulation-coverage", span,
+                    f"the stored accumulator sums some {f} coordinates more than once",
+                    twice, [x >= 0, x < dim] + element_domain, names, self.step_snapshot(),
+                    extra={"kind": "twice"}))
 
     # ---- values ----
     def fresh_idx(self, shape, prefix: str) -> tuple:
@@ -609,7 +655,7 @@ class Executor:
         return v
 
     def _v_Full(self, e: ir.Full):
-        return SymTile(e.type.shape, const_tags())
+        return SymTile(e.type.shape, const_tags(), None, ())
 
     def _v_Arange(self, e: ir.Arange):
         return SymTile(e.type.shape, const_tags())
@@ -619,15 +665,15 @@ class Executor:
         if v.space == "global":
             self.trace.global_accesses.append((v, e.masked, "read", e.span, self.step_snapshot(),
                                                self.copy_threads(v)))
-            return SymTile(v.shape, self.global_tags(v))
-        return SymTile(v.shape, self.read_shared(v, e.span, False))
+            return SymTile(v.shape, self.global_tags(v), None, None)
+        return SymTile(v.shape, self.read_shared(v, e.span, False), None, None)
 
     def operand(self, x, span) -> tuple[SymTile, View | None]:
         if isinstance(x, ir.Ref):
             v = self.view(x, span)
             if v.space == "global":
-                return SymTile(v.shape, self.global_tags(v)), v
-            return SymTile(v.shape, self.read_shared(v, span, True)), v
+                return SymTile(v.shape, self.global_tags(v), None, None), v
+            return SymTile(v.shape, self.read_shared(v, span, True), None, None), v
         return self.value(x), None
 
     def _v_Mma(self, e: ir.Mma):
@@ -677,16 +723,21 @@ class Executor:
                 {"accumulator": {f: before.fields[f] for f in before.fields if f != "tensor"},
                  "A row / B col": {**row_fields, **col_fields}}))
         a_tags, b_tags = a.tags, b.tags
+        history = None
+        if acc.history is not None and common:
+            contrib = Contribution({f: (lambda r, kk, f=f: as_int(a_tags((r, kk)).fields[f])) for f in common},
+                                   lambda r, c, kk: z3.And(z3.Not(_bool(a_tags((r, kk)).zero)),
+                                                           z3.Not(_bool(b_tags((kk, c)).zero))),
+                                   kdim, e.span, step)
+            history = acc.history + (contrib,)
 
         def out(idx):
             r, c = idx
             fa = {f: v for f, v in a_tags((r, 0)).fields.items() if f not in common and f != "tensor"}
             fb = {f: v for f, v in b_tags((0, c)).fields.items() if f not in common and f != "tensor"}
             return ElemTags({**fa, **fb}, False, False, "mma")
-        return SymTile(e.type.shape, out, e.layout)
+        return SymTile(e.type.shape, out, e.layout, history)
 
-    def _unary(self, x: SymTile, shape) -> SymTile:
-        return SymTile(shape, x.tags, x.layout)
 
     def _v_Math(self, e: ir.Math):
         args = [self.value(a) for a in e.args]
@@ -706,7 +757,9 @@ class Executor:
                 out = t if out is None else combine(out, t)
             return out or ElemTags()
         layout = next((t.layout for t in tiles if t.layout is not None), None)
-        return SymTile(shape, fn, layout)
+        # an elementwise op on one accumulator (cast, scale) keeps its history; mixing tiles loses it
+        history = tiles[0].history if len(tiles) == 1 else None
+        return SymTile(shape, fn, layout, history)
 
     def _v_Bin(self, e: ir.Bin):
         vals = [self.value(x) for x in (e.a, e.b)]
@@ -730,7 +783,7 @@ class Executor:
             full = list(idx[: len(x.shape) - 1]) if len(idx) >= len(x.shape) - 1 else list(idx)
             full.insert(ax, 0)
             return x.tags(tuple(full[: len(x.shape)]))
-        return SymTile(e.type.shape, fn, x.layout)
+        return SymTile(e.type.shape, fn, x.layout, None)
 
     def _v_Reshape(self, e: ir.Reshape):
         x = self.value(e.x)
@@ -743,11 +796,11 @@ class Executor:
                 vals.append(0)
             return x.tags(tuple(vals[: len(src_shape)]))
         del keep
-        return SymTile(e.type.shape, fn, x.layout)
+        return SymTile(e.type.shape, fn, x.layout, x.history)
 
     def _v_Transpose(self, e: ir.Transpose):
         x = self.value(e.x)
-        return SymTile(e.type.shape, lambda idx: x.tags(tuple(idx)[::-1]), x.layout)
+        return SymTile(e.type.shape, lambda idx: x.tags(tuple(idx)[::-1]), x.layout, x.history)
 
     def _v_Shfl(self, e: ir.Shfl):
         return self.value(e.x)
@@ -771,7 +824,7 @@ class Executor:
                 else:
                     fields[name] = as_int(Evaluator(self.ctx, {**env, **dict(zip(lam.params, idx))}).scalar(lam.body))
             return ElemTags(fields, t.zero, t.uninit, t.origin)
-        return SymTile(x.shape, fn, x.layout)
+        return SymTile(x.shape, fn, x.layout, x.history)
 
     # ---- tag assertions ----
     def assert_tag(self, s: ir.AssertTag) -> None:
@@ -824,6 +877,28 @@ class Executor:
         if isinstance(e, ir.Var) and e.name in params:
             return params[e.name]
         return self.scalar(e)
+
+
+def _key(x):
+    return ("z3", x.get_id()) if isinstance(x, z3.ExprRef) else x
+
+
+def _memo(fn):
+    """Memoise a tags function on the identity of its (symbolic) indices: the same element is asked
+    for many times (operands, accumulator rows, coverage), and rebuilding z3 terms dominates."""
+    cache: dict = {}
+
+    def wrapped(idx):
+        k = tuple(_key(i) for i in idx)
+        if k not in cache:
+            cache[k] = (fn(idx), idx)  # keep idx alive so its ids stay unique
+        return cache[k][0]
+    return wrapped
+
+
+def _same_region(a: View, b: View) -> bool:
+    return a.transposed == b.transposed and a.extents == b.extents and \
+        all(isinstance(x, int) and isinstance(y, int) and x == y for x, y in zip(a.starts, b.starts))
 
 
 def zceil(a, b: int):

@@ -17,6 +17,7 @@ CHECKS = {
     "mma-contraction": "an mma multiplies A and B elements with the same contracted coordinate",
     "mma-accumulator": "an mma updates each accumulator element with its own row of A and column of B",
     "store-coordinates": "a stored element comes from the coordinates it is stored at",
+    "accumulation-coverage": "a stored accumulator sums over every contracted coordinate exactly once",
     "tag-assertion": "every assert_tag relation holds for every block, step and element",
     "uninitialized-read": "shared memory is read only where a landed copy has written it",
     "async-read-before-wait": "an async-copied buffer is read only after the wait that lands it",

@@ -50,7 +50,10 @@ def replay(kernel: ir.Kernel, defines: dict[str, object], f: Finding, seed: int 
         ok = (f.check.startswith("oob") and d.code == "out-of-bounds") or \
             (f.check == "deadlock" and d.code == "deadlock")
         where = f" ({d.notes[0]})" if d.notes else ""
-        return Replay(ok, f"interpreter stopped: {d.message}{where}")
+        if ok:
+            return Replay(True, f"interpreter stopped: {d.message}{where}")
+        # another fault comes first on this input, so this counterexample cannot be reached
+        return Replay(False, f"blocked: the interpreter stopped earlier: {d.message}{where}")
     if f.check in HAZARD_CODES:
         want = HAZARD_CODES[f.check]
         same = [h for h in hazards if h.code in want]

@@ -89,9 +89,25 @@ def _or(a, b):
 
 
 @dataclass(frozen=True)
+class Contribution:
+    """One mma step summed into an accumulator: the contracted coordinate of its k-th term, per field."""
+
+    coords: dict[str, object]  # field -> function kk -> coordinate (z3 term)
+    live: object  # function kk -> z3 Bool: the term is not a zero fill
+    extent: int  # number of terms (the tile's K)
+    span: object
+    step: dict
+
+
+@dataclass(frozen=True)
 class SymTile:
-    """A register tile in the verifier: its shape and the tags of each element."""
+    """A register tile in the verifier: its shape and the tags of each element.
+
+    `history` lists the mma steps accumulated into it (empty for a fresh tile; None when an operation
+    mixed tiles so the history is no longer known).
+    """
 
     shape: tuple[int, ...]
     tags: TagFn
     layout: object = None  # FragmentLayout of the mma that produced it, if any
+    history: tuple | None = ()

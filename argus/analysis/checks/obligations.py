@@ -7,7 +7,8 @@ from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
 from argus.analysis.solve import check_batch, counterexample, small_model
 from argus.ir.threads import copy_thread
 
-CODES = ["mma-contraction", "mma-accumulator", "store-coordinates", "tag-assertion", "uninitialized-read",
+CODES = ["mma-contraction", "mma-accumulator", "store-coordinates", "accumulation-coverage", "tag-assertion",
+         "uninitialized-read",
          "async-read-before-wait", "oob-shared"]
 
 
