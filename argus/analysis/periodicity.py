@@ -10,6 +10,7 @@ A truncated loop without this certificate makes the verdicts that depend on it `
 
 from __future__ import annotations
 
+from argus.dsl.types import TileT
 from argus.ir import nodes as ir
 from argus.ir.transform import walk
 
@@ -21,13 +22,28 @@ def _uses(e, names: set[str]) -> bool:
 def certify(loop: ir.For, cap: int) -> tuple[bool, str]:
     derived = {loop.var}
     for s in walk(loop.body):
-        if isinstance(s, ir.Let) and _uses(s.value, derived) and not _periodic(s.value, derived):
+        # only scalars matter: a tile computed from the step (a mask) changes values, never tags
+        if isinstance(s, ir.Let) and not isinstance(s.value.type, TileT) and _uses(s.value, derived) \
+                and not _periodic(s.value, derived):
             derived.add(s.name)
     problems: list[str] = []
 
     def visit(node, allowed: bool) -> None:
         if isinstance(node, ir.Var) and node.name in derived and not allowed:
             problems.append(node.name)
+            return
+        if isinstance(node, ir.Expr) and isinstance(node.type, TileT) and not isinstance(node, ir.Tag):
+            # tile *data* (e.g. a mask from key positions): values never become addresses, control flow
+            # or tags, so the step may appear freely -- except in the views the data is read from
+            for f in node.__dataclass_fields__:
+                if f in ("span", "type"):
+                    continue
+                v = getattr(node, f)
+                for x in (v if isinstance(v, tuple) else (v,)):
+                    if isinstance(x, ir.Ref):
+                        visit(x, False)
+                    elif isinstance(x, ir.Expr):
+                        visit(x, True)
             return
         if isinstance(node, ir.Bin) and node.op == "%" and isinstance(node.b, ir.Const):
             return  # periodic

@@ -6,6 +6,7 @@ by constants. Runtime dims range over [1, DIM_MAX] unless fixed with -D or restr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import z3
@@ -125,7 +126,8 @@ class Evaluator:
     def _Const(self, e: ir.Const):
         v = e.value
         if isinstance(v, float):
-            return z3.RealVal(v)
+            # float data never reaches an index; only finite values can be z3 literals
+            return z3.RealVal(v) if math.isfinite(v) else z3.RealVal(0)
         return int(v) if v is not None else 0
 
     def _Var(self, e: ir.Var):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import z3
+
 from argus.analysis import checks
 from argus.analysis.checks.common import Analysis
 from argus.analysis.executor import explore, loop_periods
@@ -20,10 +22,11 @@ def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_re
     t0 = time.perf_counter()
     try:
         traces, contexts, notes = explore(kernel, defines)
-    except Unsupported as exc:
-        where = f" at {exc.span.path}:{exc.span.line}" if exc.span else ""
+    except (Unsupported, z3.Z3Exception) as exc:
+        span = getattr(exc, "span", None)
+        where = f" at {span.path}:{span.line}" if span else ""
         results = [CheckResult(c, UNKNOWN, 0.0, [Finding(c, UNKNOWN, f"not checked: unsupported construct: {exc}",
-                                                          exc.span, invariant=CHECKS[c])]) for c in CHECKS]
+                                                          span, invariant=CHECKS[c])]) for c in CHECKS]
         return Report(kernel.name, kernel.path, results, [f"symbolic execution stopped{where}: {exc}"])
     explore_s = time.perf_counter() - t0
     a = Analysis(kernel, defines, traces, contexts, notes)

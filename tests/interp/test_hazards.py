@@ -39,9 +39,8 @@ def test_missing_trailing_barrier_is_an_overwrite():
 
 
 def test_double_store_is_observed():
-    src = manual("wait_async(a_s, b_s)").replace(
-        "    store(C[bm * BM : +BM, bn * BN : +BN], cast(acc, bf16))",
-        "    store(C[bm * BM : +BM, bn * BN : +BN], cast(acc, bf16))\n    store(C[bm * BM : +BM, bn * BN : +BN], cast(acc, bf16))")
+    line = "    store(C[bm * BM : +BM, bn * BN : +BN], cast(acc, bf16))"
+    src = manual("wait_async(a_s, b_s)").replace(line, line + "\n" + line)
     hz = observe(src)
     assert [h.code for h in hz][:1] == ["output-written-twice"] and "written 2 times" in hz[0].describe()
 

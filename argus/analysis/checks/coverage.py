@@ -32,12 +32,18 @@ def _mentions(e, names: set[str]) -> bool:
 def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
     status = {c: VERIFIED for c in CODES}
     findings: dict[str, list[Finding]] = {c: [] for c in CODES}
-    for trace, ctx in zip(a.traces, a.contexts):
-        if trace.deadlock is not None:
-            continue  # the path never reaches its stores; the deadlock check reports it
+    live = [(t, c) for t, c in zip(a.traces, a.contexts) if t.deadlock is None]
+    # When every path performs the same stores, it does not matter which path each block takes:
+    # check once, under the constraints common to all paths.
+    sigs = {_signature(t) for t, _ in live}
+    same_stores = len(sigs) == 1 and live
+    for trace, ctx in (live[:1] if same_stores else live):
         block_names = {str(b) for b in ctx.block}
         decided = trace.constraints[len(ctx.constraints):]
-        if any(_mentions(c, block_names) for c in decided if not isinstance(c, bool)):
+        store_src = trace
+        if same_stores:
+            trace = _Base(list(ctx.constraints))
+        elif any(_mentions(c, block_names) for c in decided if not isinstance(c, bool)):
             for c in CODES:
                 if status[c] == VERIFIED:
                     status[c] = UNKNOWN
@@ -46,7 +52,7 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
         base = [c for c in trace.constraints if not _mentions(c, block_names)]
         for out in a.kernel.outputs:
             t = a.kernel.tensor(out)
-            stores = [s for s in trace.stores if s.view.base == out]
+            stores = [s for s in store_src.stores if s.view.base == out]
             dims = [as_int(d) if isinstance(d, int) else ctx.dims[d] for d in t.dims]
             c = tuple(z3.Int(f"{out}_c{d}") for d in range(len(dims)))
             in_range = z3.And(*[z3.And(x >= 0, x < d) for x, d in zip(c, dims)])
@@ -92,6 +98,17 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
     return {k: (status[k], findings[k]) for k in CODES}
 
 
+class _Base:
+    """A stand-in trace holding only the path-independent constraints."""
+
+    def __init__(self, constraints):
+        self.constraints = constraints
+
+
+def _signature(trace) -> tuple:
+    return tuple(sorted((s.view.base, str(s.view.starts), s.view.extents, s.masked) for s in trace.stores))
+
+
 def _candidate_block(st, ctx, c) -> tuple | None:
     """The block whose store `st` would cover element c, when each block id appears in exactly one
     axis start as T * b + offset (T the tile extent); None when the starts have another form."""
@@ -100,15 +117,16 @@ def _candidate_block(st, ctx, c) -> tuple | None:
         found = None
         for ax, (start, ext) in enumerate(zip(st.view.starts, st.view.extents)):
             e = as_int(start)
-            if ext is None or not _mentions(e, {str(b)}):
+            if not _mentions(e, {str(b)}):
                 continue
+            size = ext or 1  # an indexed axis (b, h) covers one coordinate per block
             at0 = z3.simplify(z3.substitute(e, (b, z3.IntVal(0))))
             at1 = z3.simplify(z3.substitute(e, (b, z3.IntVal(1))))
             step = z3.simplify(at1 - at0)
             others = {str(x) for x in ctx.block if x is not b}
-            if not z3.is_int_value(step) or step.as_long() != ext or _mentions(at0, others):
+            if not z3.is_int_value(step) or step.as_long() != size or _mentions(at0, others):
                 return None
-            found = (c[ax] - at0) / ext
+            found = (c[ax] - at0) / size
             break
         blk.append(found if found is not None else z3.IntVal(0))
     return tuple(blk)
