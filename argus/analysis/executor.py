@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import z3
 
 from argus.analysis.symbolic import Context, Evaluator, Unsupported, as_int, simplify_int, solver, to_bool
-from argus.analysis.tags import MISSING, Contribution, ElemTags, SymTile, combine, const_tags, merge_if
+from argus.analysis.tags import MISSING, Contribution, ElemTags, SymTile, combine, const_tags, merge_if, unary
 from argus.dsl.diagnostics import Span
 from argus.dsl.types import TileT
 from argus.ir import nodes as ir
@@ -202,6 +202,7 @@ class Executor:
         self.fresh_id = 0
         self.agent = _Agent("block", kernel.threads, {})
         self.tensor_ids = {t.name: i for i, t in enumerate(kernel.tensors)}
+        self.axis_names = {d for t in kernel.tensors for d in t.dims if isinstance(d, str)}
 
     # ---- decisions (path forking) ----
     def _sat(self, extra) -> z3.CheckSatResult:
@@ -655,10 +656,15 @@ class Executor:
         return v
 
     def _v_Full(self, e: ir.Full):
-        return SymTile(e.type.shape, const_tags(), None, ())
+        v = self.scalar(e.value)
+        minf = _is_neg_inf(e.value)
+        zero = isinstance(v, int) and v == 0 or (isinstance(e.value, ir.Const) and e.value.value == 0)
+        tags = ElemTags({}, bool(zero), False, "", minf)
+        return SymTile(e.type.shape, lambda idx: tags, None, (), (lambda idx: v) if isinstance(v, int) or
+                       (not isinstance(v, bool) and z3.is_int(v)) else None)
 
     def _v_Arange(self, e: ir.Arange):
-        return SymTile(e.type.shape, const_tags())
+        return SymTile(e.type.shape, const_tags(), None, (), lambda idx: idx[0])
 
     def _v_Load(self, e: ir.Load):
         v = self.view(e.ref, e.span)
@@ -686,7 +692,9 @@ class Executor:
         i, kk, j = (z3.Int(f"i{self.fresh_id}"), z3.Int(f"k{self.fresh_id}"), z3.Int(f"j{self.fresh_id}"))
         self.fresh_id += 1
         ta, tb = a.tags((i, kk)), b.tags((kk, j))
-        common = sorted((set(ta.fields) & set(tb.fields)) - {"tensor"})
+        # only origin coordinates (tensor axis names) take part; user fields (kv_step, ...) are the
+        # business of assert_tag
+        common = sorted(set(ta.fields) & set(tb.fields) & self.axis_names)
         dom = [i >= 0, i < m, kk >= 0, kk < kdim, j >= 0, j < n]
         step = self.step_snapshot()
         if common:
@@ -708,8 +716,8 @@ class Executor:
             uninit, dom, {"row i": i, "k": kk, "col j": j}, step, {}, {"operand_views": (av, bv)}))
         # accumulator: rows keep A's non-contracted fields, columns B's
         k0 = 0
-        row_fields = {f: v for f, v in a.tags((i, k0)).fields.items() if f not in common and f != "tensor"}
-        col_fields = {f: v for f, v in b.tags((k0, j)).fields.items() if f not in common and f != "tensor"}
+        row_fields = {f: v for f, v in a.tags((i, k0)).fields.items() if f not in common and f in self.axis_names}
+        col_fields = {f: v for f, v in b.tags((k0, j)).fields.items() if f not in common and f in self.axis_names}
         before = acc.tags((i, j))
         bad = [as_int(before.fields[f]) != as_int(v) for f, v in {**row_fields, **col_fields}.items()
                if f in before.fields]
@@ -739,50 +747,122 @@ class Executor:
         return SymTile(e.type.shape, out, e.layout, history)
 
 
-    def _v_Math(self, e: ir.Math):
-        args = [self.value(a) for a in e.args]
-        tiles = [a for a in args if isinstance(a, SymTile)]
-        return self._broadcast(tiles, e.type.shape)
+    def _operands(self, exprs) -> list:
+        """Each operand as a SymTile (scalars become constant tiles of rank 0)."""
+        out = []
+        for x in exprs:
+            v = self.value(x)
+            if isinstance(v, SymTile):
+                out.append(v)
+            else:
+                tags = ElemTags({}, False, False, "", _is_neg_inf(x))
+                val = v if (isinstance(v, (int, bool)) or z3.is_int(v) or z3.is_bool(v)) else None
+                out.append(SymTile((), lambda idx, t=tags: t, None, (), (lambda idx, c=val: c) if val is not None
+                                   else None))
+        return out
 
-    def _broadcast(self, tiles: list[SymTile], shape) -> SymTile:
-        fns = [(t.tags, t.shape) for t in tiles]
+    def _elementwise(self, operands: list[SymTile], shape, tag_fn, value_fn) -> SymTile:
+        """Broadcast operands to `shape`; tags by `tag_fn(list of ElemTags)`, values by `value_fn`."""
         n = len(shape)
 
-        def fn(idx):
-            out = None
-            for tags, sh in fns:
-                off = n - len(sh)
-                sub = tuple(0 if d == 1 else idx[off + k] for k, d in enumerate(sh))
-                t = tags(sub)
-                out = t if out is None else combine(out, t)
-            return out or ElemTags()
+        def sub(t: SymTile, idx):
+            off = n - len(t.shape)
+            return tuple(0 if d == 1 else idx[off + k] for k, d in enumerate(t.shape))
+
+        def tags(idx):
+            return tag_fn([t.tags(sub(t, idx)) for t in operands])
+        value = None
+        if value_fn is not None and operands and all(t.value is not None for t in operands):
+            def value(idx):
+                return value_fn([t.value(sub(t, idx)) for t in operands])
+        tiles = [t for t in operands if t.shape]
         layout = next((t.layout for t in tiles if t.layout is not None), None)
         # an elementwise op on one accumulator (cast, scale) keeps its history; mixing tiles loses it
         history = tiles[0].history if len(tiles) == 1 else None
-        return SymTile(shape, fn, layout, history)
+        return SymTile(shape, _memo(tags), layout, history, value)
+
+    def _v_Math(self, e: ir.Math):
+        ops = self._operands(e.args)
+        if e.fn in ("min", "max"):
+            def tf(ts):
+                return combine(ts[0], ts[1], "max" if e.fn == "max" else "+")
+            def vf(vs):
+                a, b = as_int(vs[0]), as_int(vs[1])
+                return z3.If(a <= b, a, b) if e.fn == "min" else z3.If(a >= b, a, b)
+            return self._elementwise(ops, e.type.shape, tf, vf)
+        tiles = [o for o in ops if o.shape]
+        return self._elementwise(tiles, e.type.shape, lambda ts: unary(ts[0], e.fn),
+                                 (lambda vs: vs[0]) if e.fn == "cast" else None)
 
     def _v_Bin(self, e: ir.Bin):
-        vals = [self.value(x) for x in (e.a, e.b)]
-        return self._broadcast([v for v in vals if isinstance(v, SymTile)], e.type.shape)
+        ops = self._operands((e.a, e.b))
+        op = e.op
 
-    _v_Cmp = _v_Bin
+        def vf(vs):
+            a, b = vs
+            if z3.is_bool(a) or z3.is_bool(b) or isinstance(a, bool):
+                return {"&": z3.And, "|": z3.Or}.get(op, lambda x, y: None)(_bool(a), _bool(b))
+            return {"+": lambda: as_int(a) + b, "-": lambda: as_int(a) - b, "*": lambda: as_int(a) * b,
+                    "//": lambda: as_int(a) / b, "%": lambda: as_int(a) % b}.get(op, lambda: None)()
+        return self._elementwise(ops, e.type.shape, lambda ts: combine(ts[0], ts[1], op), vf)
+
+    def _v_Cmp(self, e: ir.Cmp):
+        ops = self._operands((e.a, e.b))
+
+        def vf(vs):
+            a, b = as_int(vs[0]), as_int(vs[1])
+            return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}.get(e.op)
+        return self._elementwise(ops, e.type.shape, lambda ts: combine(ts[0], ts[1], "cmp"), vf)
 
     def _v_Un(self, e: ir.Un):
-        return self._broadcast([self.value(e.a)], e.type.shape)
+        ops = self._operands((e.a,))
+        vf = (lambda vs: -vs[0]) if e.op == "-" else (lambda vs: z3.Not(_bool(vs[0]))) if e.op == "not" else None
+        return self._elementwise(ops, e.type.shape, lambda ts: ts[0], vf)
 
     def _v_Select(self, e: ir.Select):
-        vals = [self.value(x) for x in (e.cond, e.a, e.b)]
-        return self._broadcast([v for v in vals[1:] if isinstance(v, SymTile)] or
-                               [v for v in vals if isinstance(v, SymTile)], e.type.shape)
+        cond, a, b = self._operands((e.cond, e.a, e.b))
+        if cond.value is not None:
+            # a mask computed from positions: each element takes exactly one side's tags
+            n = len(e.type.shape)
+
+            def sub(t, idx):
+                off = n - len(t.shape)
+                return tuple(0 if d == 1 else idx[off + k] for k, d in enumerate(t.shape))
+
+            def tags(idx):
+                c = cond.value(sub(cond, idx))
+                c = _bool(c) if not isinstance(c, bool) else c
+                return merge_if(c, a.tags(sub(a, idx)), b.tags(sub(b, idx)))
+            value = None
+            if a.value is not None and b.value is not None:
+                def value(idx):
+                    return z3.If(_bool(cond.value(sub(cond, idx))), as_int(a.value(sub(a, idx))),
+                                 as_int(b.value(sub(b, idx))))
+            tiles = [t for t in (a, b) if t.shape]
+            history = tiles[0].history if len(tiles) == 1 else None
+            layout = next((t.layout for t in tiles if t.layout is not None), None)
+            return SymTile(e.type.shape, _memo(tags), layout, history, value)
+        return self._elementwise([a, b], e.type.shape, lambda ts: combine(ts[0], ts[1], "select"), None)
 
     def _v_Reduce(self, e: ir.Reduce):
         x = self.value(e.x)
         ax = e.axis
 
+        def at(idx, k):
+            full = list(idx[: len(x.shape) - 1])
+            full.insert(ax, k)
+            return x.tags(tuple(full))
+
+        @_memo
         def fn(idx):
-            full = list(idx[: len(x.shape) - 1]) if len(idx) >= len(x.shape) - 1 else list(idx)
-            full.insert(ax, 0)
-            return x.tags(tuple(full[: len(x.shape)]))
+            # a field that differs along the reduced axis (the key position of a row max) is dropped;
+            # zero / -inf hold for the result only if they hold for the whole row (approximated by
+            # the first and a symbolic element)
+            k = z3.Int(f"red{id(fn)}")
+            t0, tk = at(idx, 0), at(idx, k)
+            keep = {f: v for f, v in t0.fields.items()
+                    if f in tk.fields and z3.is_true(z3.simplify(as_int(v) == as_int(tk.fields[f])))}
+            return ElemTags(keep, False, t0.uninit, t0.origin, False)
         return SymTile(e.type.shape, fn, x.layout, None)
 
     def _v_Reshape(self, e: ir.Reshape):
@@ -790,17 +870,19 @@ class Executor:
         keep = [d for d, n in enumerate(e.type.shape) if n != 1 or len(x.shape) == len(e.type.shape)]
         src_shape = x.shape
 
-        def fn(idx):
+        def src(idx):
             vals = [idx[d] for d in range(len(idx)) if e.type.shape[d] != 1]
             while len(vals) < len(src_shape):
                 vals.append(0)
-            return x.tags(tuple(vals[: len(src_shape)]))
+            return tuple(vals[: len(src_shape)])
         del keep
-        return SymTile(e.type.shape, fn, x.layout, x.history)
+        value = (lambda idx: x.value(src(idx))) if x.value is not None else None
+        return SymTile(e.type.shape, lambda idx: x.tags(src(idx)), x.layout, x.history, value)
 
     def _v_Transpose(self, e: ir.Transpose):
         x = self.value(e.x)
-        return SymTile(e.type.shape, lambda idx: x.tags(tuple(idx)[::-1]), x.layout, x.history)
+        value = (lambda idx: x.value(tuple(idx)[::-1])) if x.value is not None else None
+        return SymTile(e.type.shape, lambda idx: x.tags(tuple(idx)[::-1]), x.layout, x.history, value)
 
     def _v_Shfl(self, e: ir.Shfl):
         return self.value(e.x)
@@ -877,6 +959,14 @@ class Executor:
         if isinstance(e, ir.Var) and e.name in params:
             return params[e.name]
         return self.scalar(e)
+
+
+def _is_neg_inf(e) -> bool:
+    if isinstance(e, ir.Const):
+        return isinstance(e.value, float) and e.value == float("-inf")
+    if isinstance(e, ir.Un) and e.op == "-" and isinstance(e.a, ir.Const):
+        return isinstance(e.a.value, float) and e.a.value == float("inf")
+    return False
 
 
 def _key(x):

@@ -3,7 +3,9 @@
 Loops are explored for trip counts up to 2P + 2, P the loop body's period. That covers every trip count
 when the body depends on the loop variable only through (a) `x % c` (ring-buffer stage, phase parity),
 (b) the starts of global-memory tiles (translation: tags compare coordinates of the same step, bounds
-depend only on the tail), and (c) comparisons with constants below the cap (eventually constant):
+depend only on the tail), (c) comparisons with constants below the cap (eventually constant), (d) tile
+data (masks: values never become addresses or tags) and (e) user tag fields (kv_step=j), provided no
+assert_tag mentions the step itself -- compare two step fields instead (a.kv_step == b.kv_step - 1):
 then a violation at a larger trip count repeats, shifted by a multiple of P, at one within the cap.
 A truncated loop without this certificate makes the verdicts that depend on it `unknown`.
 """
@@ -32,7 +34,13 @@ def certify(loop: ir.For, cap: int) -> tuple[bool, str]:
         if isinstance(node, ir.Var) and node.name in derived and not allowed:
             problems.append(node.name)
             return
-        if isinstance(node, ir.Expr) and isinstance(node.type, TileT) and not isinstance(node, ir.Tag):
+        if isinstance(node, ir.Tag):
+            # a step-valued user field (kv_step=j): tags are only compared by assert_tag, and an
+            # assertion that does not itself mention the step compares two such fields, which shift
+            # together with the step
+            visit(node.x, allowed)
+            return
+        if isinstance(node, ir.Expr) and isinstance(node.type, TileT):
             # tile *data* (e.g. a mask from key positions): values never become addresses, control flow
             # or tags, so the step may appear freely -- except in the views the data is read from
             for f in node.__dataclass_fields__:

@@ -25,6 +25,7 @@ class ElemTags:
     zero: object = False  # z3 Bool or bool
     uninit: object = False
     origin: str = ""  # human description of where the data came from, e.g. "A" or "a_s <- A"
+    minf: object = False  # the value is -inf (a masked score): exp/exp2 turn it into a zero
 
     def get(self, name: str):
         return self.fields.get(name, MISSING)
@@ -43,12 +44,21 @@ def merge_if(cond, then: ElemTags, other: ElemTags) -> ElemTags:
         return then
     if cond is False:
         return other
-    names = set(then.fields) | set(other.fields)
-    fields = {n: z3.If(cond, as_int(then.get(n)), as_int(other.get(n))) for n in names}
+    # a field only one side has is kept as is: the other side is a constant (a -inf fill, the
+    # "nothing landed" placeholder), which sits at the same position and has no coordinates of its own
+    fields = {}
+    for n in set(then.fields) | set(other.fields):
+        if n not in other.fields:
+            fields[n] = then.fields[n]
+        elif n not in then.fields:
+            fields[n] = other.fields[n]
+        else:
+            fields[n] = z3.If(cond, as_int(then.fields[n]), as_int(other.fields[n]))
     # the origin label names the data, not the placeholder for "nothing landed here"
     origin = then.origin if other.origin in ("", "uninitialised", then.origin) else \
         other.origin if then.origin in ("", "uninitialised") else f"{then.origin}|{other.origin}"
-    return ElemTags(fields, _if(cond, then.zero, other.zero), _if(cond, then.uninit, other.uninit), origin)
+    return ElemTags(fields, _if(cond, then.zero, other.zero), _if(cond, then.uninit, other.uninit), origin,
+                    _if(cond, then.minf, other.minf))
 
 
 def _if(c, a, b):
@@ -61,11 +71,32 @@ def _b(v):
     return z3.BoolVal(v) if isinstance(v, bool) else v
 
 
-def combine(a: ElemTags, b: ElemTags) -> ElemTags:
-    """Tags of an elementwise result: the union of fields (the left operand wins on shared names)."""
+def combine(a: ElemTags, b: ElemTags, op: str = "+") -> ElemTags:
+    """Tags of an elementwise result: the union of fields (the left operand wins on shared names),
+    with the zero / -inf flags following the operation (a product with a zero is zero, a sum is zero
+    only if both are, a difference with -inf is -inf, a max is -inf only if both are)."""
     fields = dict(b.fields)
     fields.update(a.fields)
-    return ElemTags(fields, _and(a.zero, b.zero), _or(a.uninit, b.uninit), a.origin or b.origin)
+    if op == "*":
+        zero, minf = _or(a.zero, b.zero), _or(a.minf, b.minf)
+    elif op == "/":
+        zero, minf = a.zero, a.minf
+    elif op == "max":
+        zero, minf = _and(a.zero, b.zero), _and(a.minf, b.minf)
+    elif op in ("cmp", "select"):
+        zero, minf = _and(a.zero, b.zero), _and(a.minf, b.minf)
+    else:
+        zero, minf = _and(a.zero, b.zero), _or(a.minf, b.minf)
+    return ElemTags(fields, zero, _or(a.uninit, b.uninit), a.origin or b.origin, minf)
+
+
+def unary(t: ElemTags, fn: str) -> ElemTags:
+    """Flags through a unary function: exp(-inf) is zero; log(0) is -inf; the rest keep them."""
+    if fn in ("exp", "exp2"):
+        return ElemTags(t.fields, t.minf, t.uninit, t.origin, False)
+    if fn in ("log", "log2"):
+        return ElemTags(t.fields, False, t.uninit, t.origin, t.zero)
+    return t
 
 
 def _and(a, b):
@@ -111,3 +142,4 @@ class SymTile:
     tags: TagFn
     layout: object = None  # FragmentLayout of the mma that produced it, if any
     history: tuple | None = ()
+    value: object = None  # for index tiles (arange arithmetic, masks): idx -> z3 value of the element

@@ -26,9 +26,11 @@ def _tables():
     import numpy as np
 
     def _softmax(x, axis=-1):
-        m = np.max(x, axis=axis, keepdims=True)
-        e = np.exp(x - m)
-        return e / np.sum(e, axis=axis, keepdims=True)
+        # a row with no unmasked entry is undefined (NaN), as it is for the kernel
+        with np.errstate(invalid="ignore"):
+            m = np.max(x, axis=axis, keepdims=True)
+            e = np.exp(x - m)
+            return e / np.sum(e, axis=axis, keepdims=True)
 
     def _topk(x, k, axis=-1):
         """Indices of the k largest entries along ``axis``, largest first (ties: lower index first)."""

@@ -14,9 +14,12 @@ CODES = ["mma-contraction", "mma-accumulator", "store-coordinates", "accumulatio
 
 def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
     out: dict[str, tuple[str, list[Finding]]] = {}
+    # Longer paths first: a counterexample a few steps into a loop shows its effect on the output
+    # (a wrong rescale is invisible with a single kv block), which is what replay needs.
+    order = sorted(zip(a.traces, a.contexts), key=lambda tc: -len(tc[0].records))
     for code in CODES:
         status, findings, seen = VERIFIED, [], set()
-        for trace, ctx in zip(a.traces, a.contexts):
+        for trace, ctx in order:
             obs = [o for o in trace.obligations if o.check == code]
             # one query per static site keeps the models small and the findings one per site
             by_site: dict = {}
