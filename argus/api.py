@@ -59,8 +59,29 @@ class Kernel:
         bound = dict(zip(names, args), **kwargs)
         if all(isinstance(v, np.ndarray) or np.isscalar(v) for v in bound.values()):
             return self.interpret(**bound)
-        raise error("unsupported", "GPU launch is not available in this version; pass NumPy arrays to run the "
-                    "interpreter", self.node.span)
+        return self.gpu()(*args, **kwargs)
+
+    # ---- GPU (torch / cupy / DLPack arrays) ----
+    def build(self, arch: str | None = None, want: str = "cubin"):
+        """CUDA C++ generated from the IR and compiled with NVRTC (disk-cached): argus.codegen.compile.Built."""
+        from argus.codegen.compile import build, target_arch
+
+        key = (target_arch(arch), want)
+        cache = self.__dict__.setdefault("_built", {})
+        if key not in cache:
+            cache[key] = build(self.lower(), arch=key[0], want=want)
+        return cache[key]
+
+    def gpu(self, device: int = 0):
+        """The kernel loaded on CUDA device `device` (compiled for its architecture on first use);
+        call it with arrays to launch, or use `.prepare(...)` for a reusable launch."""
+        from argus.codegen.nvrtc import detect_arch
+        from argus.runtime.launch import GpuKernel
+
+        loaded = self.__dict__.setdefault("_gpu", {})
+        if device not in loaded:
+            loaded[device] = GpuKernel(self.build(detect_arch(device)), device)
+        return loaded[device]
 
 
 def load(path: str | Path, kernel_name: str | None = None, **params) -> Kernel:

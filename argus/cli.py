@@ -58,23 +58,51 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="argus",
         description="Argus: a tile-level GPU kernel language whose compiler proves data-flow invariants.",
-        epilog="Exit status: 0 success, 1 errors in the kernel or a wrong result, 2 bad command line.")
+        epilog="Exit status: 0 success, 1 errors in the kernel, a violated invariant or a wrong result, "
+               "2 unknown verdict or bad command line, 3 internal error.")
     p.add_argument("--version", action="version", version="argus 0.1.0")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    c = sub.add_parser("check", help="parse and check a kernel (syntax, names, types, shapes, launch)",
-                       description="Parse FILE, run the semantic checks and lower it to the IR (binding -D "
-                       "parameters, expanding pipelines, assigning MMA layouts). Exit 0 if clean, 1 on errors.")
+    c = sub.add_parser("check", help="check a kernel and prove its invariants (tags, races, bounds, ...) with Z3",
+                       description="Parse FILE, run the semantic checks, lower it to the IR (binding -D "
+                       "parameters, expanding pipelines, assigning MMA layouts), then prove every data-flow "
+                       "invariant and hazard check on the lowered program with Z3. Violations come with a "
+                       "counterexample replayed in the interpreter. Exit 0 verified, 1 errors or violations, "
+                       "2 unknown (solver timeout or unsupported construct; never reported as verified).")
     _common(c)
     c.add_argument("--emit-ir", action="store_true", help="print the lowered IR")
-    r = sub.add_parser("run", help="run a kernel in the interpreter and compare with its reference: block",
+    c.add_argument("--no-verify", action="store_true", help="stop after the front end and lowering")
+    c.add_argument("--no-replay", action="store_true", help="do not replay counterexamples in the interpreter")
+    c.add_argument("--timings", action="store_true", help="print each check's time")
+    r = sub.add_parser("run", help="run a kernel (interpreter or GPU), compare with its reference: block, time it",
                        description="Draw fresh random inputs (outputs poisoned with NaN), execute the kernel, "
                        "evaluate its reference: block in float64 and compare. Exit 1 if any output is wrong. "
                        "Runtime dimensions must be given with -D.")
     _common(r)
-    r.add_argument("--interp", action="store_true", required=True,
-                   help="execute in the NumPy interpreter (the only executor in this version)")
+    where = r.add_mutually_exclusive_group(required=True)
+    where.add_argument("--interp", action="store_true", help="execute in the NumPy interpreter")
+    where.add_argument("--gpu", action="store_true", help="compile with NVRTC and run on the GPU")
+    where.add_argument("--bench", action="store_true",
+                       help="run on the GPU, then time the kernel (CUDA events, median, L2-rotated inputs) and the "
+                       "library baseline (cuBLAS for a GEMM reference) in the same process")
+    r.add_argument("--iters", type=int, default=30, help="timed launches per kernel with --bench (default 30)")
+    r.add_argument("--arch", default=None, help="GPU architecture (default: the GPU's)")
     r.add_argument("--seed", type=int, default=None, help="random seed for the inputs (default: fresh)")
+    b = sub.add_parser("build", help="generate CUDA C++, compile it with NVRTC, report registers/smem/spills",
+                       description="Lower FILE to the IR, generate CUDA C++ (with #line directives to FILE), "
+                       "compile it with NVRTC to a cubin (disk-cached) and print each kernel's registers, shared "
+                       "memory, stack frame and spills. --emit picks the artefact written to -o.")
+    _common(b)
+    b.add_argument("--emit", choices=("cuda", "ptx", "cubin"), default="cubin", help="artefact to write")
+    b.add_argument("--arch", default=None, help="target, e.g. sm_90a or sm_80 (default: the GPU's, else sm_90a)")
+    b.add_argument("-o", "--output", default=None,
+                   help="output path (default: KERNEL.cu / .ptx / .cubin in the current directory; - for stdout)")
+    from argus.agent.cli import add_tune_parser
+
+    add_tune_parser(sub, parse_define)
     return p
+
+
+EXIT_UNKNOWN = 2
 
 
 def cmd_check(args) -> int:
@@ -82,16 +110,39 @@ def cmd_check(args) -> int:
     from argus.ir.printer import kernel as print_kernel
 
     t0 = time.perf_counter()
-    k = build_file(args.file, _defines(args), args.kernel)
+    defines = _defines(args)
+    k = build_file(args.file, defines, args.kernel)
     dt = time.perf_counter() - t0
+    if args.emit_ir and args.format == "text":
+        print(print_kernel(k), end="")
+    if args.no_verify:
+        if args.format == "json":
+            print(json.dumps({"file": args.file, "kernel": k.name, "status": "ok", "diagnostics": [],
+                              "seconds": round(dt, 4)}, indent=2))
+        else:
+            print(f"{args.file}: kernel '{k.name}' ok ({dt * 1000:.0f} ms, not verified)")
+        return EXIT_OK
+    from argus.analysis import VERIFIED, VIOLATED, verify
+    from argus.analysis.render import render_report
+
+    report = verify(k, defines, do_replay=not args.no_replay)
+    total = time.perf_counter() - t0
     if args.format == "json":
-        print(json.dumps({"file": args.file, "kernel": k.name, "status": "ok", "diagnostics": [],
-                          "seconds": round(dt, 4)}, indent=2))
+        j = report.to_json()
+        j.update({"file": args.file, "diagnostics": [], "seconds": round(total, 4)})
+        print(json.dumps(j, indent=2, default=str))
     else:
-        if args.emit_ir:
-            print(print_kernel(k), end="")
-        print(f"{args.file}: kernel '{k.name}' ok ({dt * 1000:.0f} ms)")
-    return EXIT_OK
+        print(render_report(report, args.timings))
+        if args.timings:
+            print(f"  total {total * 1000:.0f} ms")
+    return {VERIFIED: EXIT_OK, VIOLATED: EXIT_ERROR}.get(report.status, EXIT_UNKNOWN)
+
+
+def cmd_build(args) -> int:
+    from argus.codegen.artefact import build_command
+
+    return build_command(args.file, _defines(args), args.kernel, emit=args.emit, arch=args.arch,
+                         output=args.output, fmt=args.format)
 
 
 def cmd_run(args) -> int:
@@ -99,6 +150,11 @@ def cmd_run(args) -> int:
     from argus.ir.build import build_file
 
     defines = _defines(args)
+    if not args.interp:
+        from argus.runtime.bench import run_command
+
+        return run_command(args.file, defines, args.kernel, bench=args.bench, seed=args.seed, iters=args.iters,
+                           arch=args.arch, fmt=args.format)
     k = build_file(args.file, defines, args.kernel)
     res = run_interp(k, defines, seed=args.seed)
     if args.format == "json":
@@ -125,7 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     fmt = getattr(args, "format", "text")
     try:
-        return {"check": cmd_check, "run": cmd_run}[args.command](args)
+        if args.command == "tune":
+            from argus.agent.cli import cmd_tune
+
+            return cmd_tune(args)
+        return {"check": cmd_check, "run": cmd_run, "build": cmd_build}[args.command](args)
     except ArgusError as exc:
         out = render_all(exc.diagnostics, fmt)
         if fmt == "json":

@@ -1,0 +1,113 @@
+"""`argus tune`: the command-line front of the tune loop (wired into argus/cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+def add_tune_parser(sub, parse_define: Callable[[str], tuple[str, object]]) -> argparse.ArgumentParser:
+    t = sub.add_parser(
+        "tune", help="optimise a kernel: planner proposes, verifier checks, referee times, reward = log speedup",
+        description="Start from FILE (with -D params) and, for --budget steps, let a planner propose a change "
+        "(a param or a structural rewrite), verify it (repairing violations a bounded number of times), evaluate "
+        "it (correctness at small and unseen irregular shapes, time at the target shapes) and record the step. "
+        "Without a GPU runtime the times come from an analytic cost model and are marked as estimates. Writes "
+        "OUT/record.jsonl, OUT/<name>_tuned.arg, OUT/report.md and OUT/reward.png.",
+        epilog="Exit status: 0 done, 1 a run error (kernel does not check, planner unavailable), 2 bad command line.")
+    t.add_argument("file", help="an Argus source file (.arg)")
+    t.add_argument("-D", dest="define", action="append", type=parse_define, metavar="NAME=VALUE",
+                   help="starting param value (repeatable), e.g. -D BM=64; giving every runtime dim (-D M=...) "
+                   "makes that the target shape")
+    t.add_argument("--kernel", help="which kernel of the file (default: the first)")
+    t.add_argument("--budget", type=int, default=48, help="number of proposals to evaluate (default 48)")
+    t.add_argument("--planner", choices=("builtin", "anthropic"), default="builtin",
+                   help="builtin: offline tree search over the knowledge base (default); anthropic: a Claude "
+                   "model through the anthropic SDK (needs ANTHROPIC_API_KEY)")
+    t.add_argument("--model", help="model for --planner anthropic (default: $ARGUS_ANTHROPIC_MODEL or "
+                   "claude-sonnet-4-5)")
+    t.add_argument("--seed", type=int, default=0, help="seed for the planner and the referee's inputs")
+    t.add_argument("--shapes", help="target shapes, ';'-separated: 'M,N,K;...' in the kernel's dim order or "
+                   "'M=4096,N=4096,K=4096;...' (default for GEMM: 4096^3 and 8192^3)")
+    t.add_argument("--check-shapes", help="planner-visible small correctness shapes (same syntax; default: "
+                   "128s and an irregular one)")
+    t.add_argument("--out", help="output folder (default: tune-<file stem>)")
+    t.add_argument("--resume", action="store_true", help="continue the run recorded in --out after a kill")
+    t.add_argument("--evaluator", choices=("auto", "model", "gpu"), default="auto",
+                   help="gpu: NVRTC + CUDA timing; model: interpreter + cost model (estimates); auto: gpu when the "
+                   "GPU runtime is available")
+    t.add_argument("--verifier", choices=("auto", "analysis", "interp"), default="auto",
+                   help="auto: the static verifier when installed, then the interpreter at small shapes")
+    t.add_argument("--max-repairs", type=int, default=2, help="repair attempts per step after a rejection")
+    t.add_argument("--timeout", type=float, default=120.0, help="seconds one evaluation may take (child process)")
+    t.add_argument("--verify-timeout", type=float, default=30.0,
+                   help="seconds the static verifier may take per candidate; past it the verdict is unknown")
+    return t
+
+
+def cmd_tune(args) -> int:
+    from argus.agent.loop import TuneConfig, TuneError, Tuner
+    from argus.agent.planners import PlannerError
+    from argus.agent.record import RecordError
+    from argus.agent.shapes import parse_shapes
+    from argus.agent.source import declared_params
+    from argus.ir.build import build_source
+
+    path = Path(args.file)
+    if not path.is_file():
+        print(f"argus tune: no such file: {args.file}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.budget < 0:
+        print("argus tune: --budget must be >= 0", file=sys.stderr)
+        return EXIT_USAGE
+    source = path.read_text()
+    defines = dict(args.define or [])
+    declared = declared_params(source)
+    params = {k: v for k, v in defines.items() if k in declared}
+    k = build_source(source, params, args.kernel, path=str(path))  # errors go to the CLI's diagnostics
+    dims_given = {d: int(defines[d]) for d in k.dims if d in defines}
+    unknown = [n for n in defines if n not in declared and n not in k.dims]
+    if unknown:
+        print(f"argus tune: -D {unknown[0]}: kernel '{k.name}' has no param or dim of that name "
+              f"(params: {', '.join(declared)}; dims: {', '.join(k.dims)})", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        targets = parse_shapes(args.shapes, tuple(k.dims)) if args.shapes else None
+        checks = parse_shapes(args.check_shapes, tuple(k.dims)) if args.check_shapes else None
+    except ValueError as e:
+        print(f"argus tune: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if targets is None and dims_given:
+        if len(dims_given) != len(k.dims):
+            print(f"argus tune: give every dim ({', '.join(k.dims)}) with -D, or use --shapes", file=sys.stderr)
+            return EXIT_USAGE
+        targets = [dims_given]
+    out = args.out or f"tune-{path.stem}"
+    cfg = TuneConfig(file=str(path), out_dir=out, budget=args.budget, planner=args.planner, model=args.model,
+                     seed=args.seed, params=params, kernel=args.kernel,
+                     targets=tuple(targets) if targets else None, checks=tuple(checks) if checks else None,
+                     resume=args.resume, evaluator=args.evaluator, verifier=args.verifier,
+                     max_repairs=args.max_repairs, timeout_s=args.timeout, verify_timeout_s=args.verify_timeout,
+                     source=source)
+
+    def progress(line: str) -> None:
+        print(line, flush=True)
+
+    try:
+        tuner = Tuner(cfg, progress=progress)
+        res = tuner.run()
+    except (TuneError, PlannerError, RecordError) as e:
+        print(f"argus tune: {e}", file=sys.stderr)
+        if isinstance(e, PlannerError) and Path(out, "record.jsonl").exists():
+            print(f"argus tune: the run so far is kept in {out}/record.jsonl; rerun with --resume", file=sys.stderr)
+        return EXIT_ERROR
+    est = " (estimates: CPU cost model)" if tuner.backend.estimate else ""
+    print(f"best: step {res.best_step}, reward {res.best_reward:+.3f}{est}")
+    print(f"wrote {res.best_path}, {res.report}, {res.plot}, {res.record}")
+    if res.stopped:
+        print(f"stopped early: {res.stopped}")
+    return EXIT_OK

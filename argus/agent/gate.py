@@ -1,0 +1,133 @@
+"""The gate a candidate passes before it is evaluated: build, interface, verifier, small-shape replay.
+
+1. Build: parse, check and lower (with the candidate's params). Errors are violations carrying the
+   compiler's diagnostics.
+2. Interface: the candidate must keep the starting kernel's arguments, outputs and `reference:`
+   block — a planner cannot win by changing what "correct" means.
+3. Verifier: `argus.analysis.verify` when installed (in a child process with a time limit).
+4. Interpreter at the planner-visible small shapes: a wrong or faulting run is a violation with the
+   run's counterexample (the referee later tests unseen shapes as well).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+from argus.agent.isolate import run_isolated
+from argus.agent.program import Candidate
+from argus.agent.verify import Finding, VerifyOutcome, adapt, analysis_verifier, findings_from_diagnostics
+from argus.dsl.diagnostics import ArgusError
+from argus.ir import nodes as ir
+from argus.ir.build import build_source
+
+
+@dataclass(frozen=True)
+class Interface:
+    tensors: tuple[tuple[str, str, tuple], ...]
+    scalars: tuple[str, ...]
+    outputs: tuple[str, ...]
+    reference: str
+
+    def differences(self, other: Interface) -> list[str]:
+        out = []
+        if self.tensors != other.tensors or self.scalars != other.scalars:
+            out.append("the kernel's arguments changed")
+        if self.outputs != other.outputs:
+            out.append(f"the outputs changed ({', '.join(self.outputs)} -> {', '.join(other.outputs)})")
+        if self.reference != other.reference:
+            out.append("the reference: block changed")
+        return out
+
+
+def reference_text(source: str) -> str:
+    m = re.search(r"^reference:[ \t]*\n((?:[ \t]+.*\n?|[ \t]*\n)*)", source, re.M)
+    return "\n".join(ln.strip() for ln in (m.group(1) if m else "").splitlines() if ln.strip())
+
+
+def interface_of(k: ir.Kernel, source: str) -> Interface:
+    return Interface(tuple((t.name, str(t.dtype), tuple(t.dims)) for t in k.tensors),
+                     tuple(s.name for s in k.scalars), tuple(k.outputs), reference_text(source))
+
+
+@lru_cache(maxsize=256)
+def build_cached(source: str, params: tuple[tuple[str, object], ...], kernel: str | None) -> ir.Kernel:
+    """Parse + check + lower once per program: the IR is immutable, and a forked referee child inherits
+    this cache, so the candidate is not re-parsed there."""
+    return build_source(source, dict(params), kernel, path="<candidate>")
+
+
+def build(c: Candidate) -> ir.Kernel:
+    return build_cached(c.source, c.params, c.kernel)
+
+
+def _analysis_child(source: str, defines: dict, kernel: str | None):
+    fn = analysis_verifier()
+    k = build_cached(source, tuple(sorted(defines.items())), kernel)
+    return adapt(fn(k)).to_json()
+
+
+def _interp_counterexample(k: ir.Kernel, shapes: list[dict[str, int]], seed: int) -> tuple[Finding, ...]:
+    from argus.interp.machine import InterpError
+    from argus.interp.run import run_interp
+
+    for dims in shapes:
+        label = " ".join(f"{d}={v}" for d, v in dims.items())
+        try:
+            res = run_interp(k, dims, seed=seed)
+        except InterpError as e:
+            return findings_from_diagnostics(e.diagnostics, {"dims": label, **e.details})
+        except ArgusError as e:
+            return findings_from_diagnostics(e.diagnostics, {"dims": label})
+        for c in res.checks:
+            if not c.ok:
+                cx = f"{label}: {c.describe()}"
+                if c.nonfinite:
+                    cx += f"; {c.nonfinite} element(s) left unwritten (poison NaN)"
+                return (Finding("wrong-result", f"output {c.name} differs from the reference", cx),)
+    return ()
+
+
+def check(c: Candidate, start: Interface | None, shapes: list[dict[str, int]], *, seed: int = 0,
+          verifier: str = "auto", analysis_timeout_s: float = 30.0) -> tuple[VerifyOutcome, ir.Kernel | None]:
+    """Gate one candidate. verifier: "auto" (the static verifier when installed, then the interpreter),
+    "analysis" (require it), "interp" (front end + interpreter only)."""
+    t0 = time.perf_counter()
+    try:
+        k = build(c)
+    except ArgusError as e:
+        return VerifyOutcome("violated", findings_from_diagnostics(e.diagnostics), "frontend",
+                             time.perf_counter() - t0), None
+    if start is not None:
+        diffs = start.differences(interface_of(k, c.source))
+        if diffs:
+            return VerifyOutcome("violated", tuple(Finding("interface", d) for d in diffs), "frontend",
+                                 time.perf_counter() - t0), k
+    source = "frontend+interp"
+    status, findings, notes = "unknown", (), ()
+    if verifier in ("auto", "analysis") and analysis_verifier() is not None:
+        r = run_isolated(_analysis_child, c.source, c.defines, c.kernel, timeout_s=analysis_timeout_s)
+        if r.status == "ok":
+            out = adapt(r.value)
+            # adapt() on a to_json() dict keeps status and findings; only violated findings matter here.
+            status = out.status
+            findings = tuple(f for f in out.findings if status != "verified")
+            if status == "unknown":
+                notes = tuple(f"{f.code}: {f.message}" for f in out.findings[:3])
+                findings = ()
+        else:
+            notes = (f"static verifier: {r.describe().splitlines()[0]}",)
+        source = "argus.analysis+interp"
+        if status == "violated":
+            return VerifyOutcome("violated", findings, "argus.analysis", time.perf_counter() - t0, notes), k
+    elif verifier == "analysis":
+        return VerifyOutcome("unknown", (), "frontend", time.perf_counter() - t0,
+                             ("argus.analysis.verify is not installed",)), k
+    bad = _interp_counterexample(k, shapes, seed)
+    if bad:
+        return VerifyOutcome("violated", bad, "interp", time.perf_counter() - t0, notes), k
+    label = "; ".join(" ".join(f"{d}={v}" for d, v in s.items()) for s in shapes)
+    notes = notes + (f"interpreter matched the reference at {label}",)
+    return VerifyOutcome(status, findings, source, time.perf_counter() - t0, notes), k

@@ -1,0 +1,241 @@
+"""The built-in planner: Monte-Carlo tree search over knowledge-base actions, learned in context.
+
+The tree is the trajectory itself (rebuilt from the run record every step, so a resumed run makes the
+same choices): nodes are evaluated programs, edges are KB actions. Each step
+
+  * selection walks down from the starting kernel by UCB on the best reward in each subtree
+    (max-backup: we want the best kernel, not the best average), with progressive widening — a node
+    visited v times may have ceil(C·v^α) children before the walk must go deeper;
+  * expansion picks, among the node's untried applicable actions, the one with the highest score:
+    prior from the node's profile diagnosis (weight of each diagnosis naming the action's technique)
+    + the action's mean reward gain so far anywhere in the tree (AMAF-style sharing, shrunk toward 0)
+    + a small exploration bonus;
+  * dead ends are pruned: failed programs are leaves, nodes with nothing left are skipped, and an
+    action that failed twice without ever succeeding is dropped.
+
+Repair maps verifier/compiler findings to fixes (a swizzle its rows cannot hold -> BK or a smaller
+swizzle; an MMA shape a warpgroup cannot split -> a tile it can; too much shared memory -> a stage
+less). Randomness (ties, restarts) comes from numpy seeded by (seed, step).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+
+import numpy as np
+
+from argus.agent.kb import Action
+from argus.agent.planners.base import Attempt, Node, PlannerContext, PlannerError, Proposal
+from argus.agent.program import Candidate, Edit, EditError, apply_edits
+
+FAIL_DELTA = -0.3  # value of a failed action, in reward units (log speedup)
+
+
+class PlannerExhausted(PlannerError):
+    """Nothing left to try."""
+
+
+class BuiltinPlanner:
+    name = "builtin"
+
+    def __init__(self, c_uct: float = 0.3, pw_c: float = 1.0, pw_alpha: float = 0.4, c_explore: float = 0.05):
+        self.c_uct = c_uct
+        self.pw_c = pw_c
+        self.pw_alpha = pw_alpha
+        self.c_explore = c_explore
+
+    # ---- statistics from the trajectory ----
+    def _stats(self, ctx: PlannerContext):
+        nodes = {n.key: n for n in ctx.history if n.key and n.candidate is not None and n.ok}
+        children: dict[str, list[Node]] = defaultdict(list)
+        tried: set[tuple[str, str]] = set()
+        seen: set[str] = {n.key for n in ctx.history if n.key}
+        deltas: dict[str, list[float]] = defaultdict(list)
+        tdeltas: dict[str, list[float]] = defaultdict(list)
+        fails: dict[str, int] = defaultdict(int)
+        wins: dict[str, int] = defaultdict(int)
+        for n in ctx.history[1:]:
+            parent = n.parent or ctx.start.key
+            children[parent].append(n)
+            base = n.action.split("+repair")[0]
+            tried.add((parent, base))
+            p = nodes.get(parent)
+            if n.ok and p is not None:
+                d = n.reward - p.reward
+                deltas[base].append(d)
+                tdeltas[n.technique].append(d)
+                wins[base] += 1
+            else:
+                deltas[base].append(FAIL_DELTA)
+                tdeltas[n.technique].append(FAIL_DELTA)
+                fails[base] += 1
+        return nodes, children, tried, seen, deltas, tdeltas, fails, wins
+
+    def _visits(self, key: str, children: dict[str, list[Node]], memo: dict[str, int]) -> int:
+        if key in memo:
+            return memo[key]
+        v = 1 + sum(self._visits(c.key, children, memo) if c.ok and c.key else 1 for c in children.get(key, ()))
+        memo[key] = v
+        return v
+
+    def _value(self, key: str, nodes: dict[str, Node], children, memo: dict[str, float]) -> float:
+        if key in memo:
+            return memo[key]
+        best = nodes[key].reward
+        for c in children.get(key, ()):
+            if c.ok and c.key in nodes and c.key != key:
+                best = max(best, self._value(c.key, nodes, children, memo))
+        memo[key] = best
+        return best
+
+    def _expandable(self, ctx: PlannerContext, node: Node, tried, seen, fails, wins) -> list[tuple[Action, Candidate]]:
+        out = []
+        for a in ctx.kb.actions(ctx.kind):
+            if (node.key, a.id) in tried:
+                continue
+            if fails[a.id] >= 2 and wins[a.id] == 0:
+                continue  # dead end everywhere it was tried
+            try:
+                c = apply_edits(node.candidate, a.edits, ctx.env)
+            except EditError:
+                continue
+            if c.key in seen or any(c.key == x.key for _, x in out):
+                continue
+            out.append((a, c))
+        return out
+
+    def _score(self, a: Action, node: Node, deltas, tdeltas, total: int) -> tuple[float, str]:
+        prior = 0.02
+        why = []
+        for d in node.diagnosis:
+            if a.technique in d.get("techniques", ()):
+                prior += float(d.get("weight", 0.0))
+                why.append(d.get("signal", "?"))
+        ds, ts = deltas.get(a.id, []), tdeltas.get(a.technique, [])
+        value = sum(ds) / (len(ds) + 1) + 0.5 * sum(ts) / (len(ts) + 2)
+        bonus = self.c_explore * math.sqrt(math.log(total + 2) / (len(ds) + 1))
+        text = (f"diagnosis {', '.join(why)} suggests {a.technique}" if why else f"exploring {a.technique}")
+        if ds:
+            text += f"; this action gained {sum(ds) / len(ds):+.3f} on average over {len(ds)} tries"
+        return prior + value + bonus, text
+
+    # ---- the planner interface ----
+    def propose(self, ctx: PlannerContext) -> Proposal:
+        rng = np.random.default_rng([ctx.seed, ctx.step, 17])
+        nodes, children, tried, seen, deltas, tdeltas, fails, wins = self._stats(ctx)
+        root = ctx.start.key
+        visits: dict[str, int] = {}
+        values: dict[str, float] = {}
+        rewards = [n.reward for n in nodes.values()]
+        scale = max(0.05, max(rewards) - min(rewards)) if rewards else 1.0
+        exhausted: set[str] = set()
+        key = root
+        path: list[str] = []
+        for _ in range(10 * len(ctx.history) + 10):
+            node = nodes[key]
+            exp = self._expandable(ctx, node, tried, seen, fails, wins)
+            kids = [c for c in children.get(key, ()) if c.ok and c.key in nodes and c.key not in exhausted
+                    and c.key != key]
+            allowed = math.ceil(self.pw_c * self._visits(key, children, visits) ** self.pw_alpha)
+            if exp and (len(children.get(key, ())) < allowed or not kids):
+                return self._expand(ctx, node, exp, deltas, tdeltas, rng, len(ctx.history), path)
+            if not kids:
+                exhausted.add(key)
+                if not path:
+                    break
+                key = path.pop()
+                continue
+            n_parent = self._visits(key, children, visits)
+            scores = []
+            for c in kids:
+                q = (self._value(c.key, nodes, children, values) - node.reward) / scale
+                u = self.c_uct * math.sqrt(math.log(n_parent) / self._visits(c.key, children, visits))
+                scores.append((q + u + 1e-6 * rng.random(), c.key))
+            path.append(key)
+            key = max(scores)[1]
+        # Everything reachable by single actions was tried: compose two actions on the best program.
+        best = ctx.best
+        acts = ctx.kb.actions(ctx.kind)
+        order = rng.permutation(len(acts) * len(acts))
+        for idx in order:
+            a, b = acts[idx // len(acts)], acts[idx % len(acts)]
+            if a.technique == b.technique:
+                continue
+            try:
+                c = apply_edits(best.candidate, a.edits + b.edits, ctx.env)
+            except EditError:
+                continue
+            if c.key in seen:
+                continue
+            return Proposal(a.edits + b.edits, None, f"single actions exhausted; composing {a.id} with {b.id} on "
+                            f"the best program (step {best.step})", f"{a.id}&{b.id}", a.technique, best.key)
+        raise PlannerExhausted("every action and pair of actions has been tried")
+
+    def _expand(self, ctx, node: Node, exp, deltas, tdeltas, rng, total: int, path) -> Proposal:
+        scored = []
+        for a, _ in exp:
+            s, why = self._score(a, node, deltas, tdeltas, total)
+            scored.append((s + 1e-6 * rng.random(), a, why))
+        scored.sort(key=lambda x: -x[0])
+        s, a, why = scored[0]
+        depth = len(path)
+        reason = (f"expand step {node.step} (reward {node.reward:+.3f}, depth {depth}) with {a.id}: {why} "
+                  f"(score {s:.3f}; {len(exp)} untried actions here)")
+        return Proposal(a.edits, None, reason, a.id, a.technique, node.key)
+
+    def repair(self, ctx: PlannerContext, attempts: list[Attempt]) -> Proposal | None:
+        last = attempts[-1]
+        prop = last.proposal
+        if prop.source is not None or last.problem in ("duplicate", "invalid"):
+            return None
+        parent = ctx.node(prop.parent) or ctx.best
+        fixes = _fixes_for(last.message, parent.candidate.effective_params() if parent.candidate else {})
+        tried = {json_key(a.proposal.edits) for a in attempts}
+        seen = {n.key for n in ctx.history if n.key}
+        for name, fix in fixes:
+            edits = prop.edits + fix
+            if json_key(edits) in tried:
+                continue
+            try:
+                c = apply_edits(parent.candidate, edits, ctx.env)
+            except EditError:
+                continue
+            if c.key in seen:
+                continue
+            return Proposal(edits, None, f"repair after {last.problem}: {name}", prop.action + "+repair",
+                            prop.technique, prop.parent)
+        return None
+
+
+def json_key(edits: tuple[Edit, ...]) -> str:
+    return repr([e.to_json() for e in edits])
+
+
+def _fixes_for(message: str, params: dict) -> list[tuple[str, tuple[Edit, ...]]]:
+    """Candidate fixes for a finding, most targeted first."""
+    out: list[tuple[str, tuple[Edit, ...]]] = []
+    m = re.search(r"swizzle=(\d+) needs rows of a multiple of \d+ bytes; this buffer's rows are (\d+) bytes", message)
+    if m:
+        swz, rows = int(m.group(1)), int(m.group(2))
+        bk = params.get("BK")
+        if isinstance(bk, int) and rows:
+            out.append((f"BK {bk} -> {bk * swz // rows} so rows hold the {swz}B swizzle",
+                        (Edit("rewrite", name="tile", args={"BK": bk * swz // rows}),)))
+        out.append((f"swizzle {swz} -> {rows}", (Edit("rewrite", name="swizzle", args={"bytes": min(rows, 128)}),)))
+    if "[mma-shape]" in message or "mma-shape" in message:
+        m2 = re.search(r"(\d+) warpgroup\(s\) cannot split a (\d+)x(\d+)", message)
+        if m2:
+            groups = int(m2.group(1))
+            out.append((f"BM -> {64 * groups} (64 rows per warpgroup)",
+                        (Edit("rewrite", name="tile", args={"BM": 64 * groups}),)))
+        out.append(("BM x2", (Edit("rewrite", name="tile", args={"BM": "*2"}),)))
+        out.append(("back to mma.sync", (Edit("rewrite", name="mma_instr", args={"instr": "mma.sync"}),)))
+    if "shared memory" in message and ("KB" in message or "does not fit" in message):
+        out.append(("one stage less", (Edit("rewrite", name="stages", args={"delta": -1}),)))
+        out.append(("two stages less", (Edit("rewrite", name="stages", args={"delta": -2}),)))
+        out.append(("BK /2", (Edit("rewrite", name="tile", args={"BK": "/2"}),)))
+    if "spill" in message:
+        out.append(("BN /2", (Edit("rewrite", name="tile", args={"BN": "/2"}),)))
+    return out

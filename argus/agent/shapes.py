@@ -1,0 +1,94 @@
+"""Problem shapes: the targets a run optimises for, the small ones the planner sees, and hidden ones.
+
+The referee checks correctness at the planner-visible small shapes and at fresh irregular shapes it
+draws itself for each evaluation (never shown to the planner), so a kernel cannot be tuned to pass
+only the shapes it was shown. Dimensions that the starting kernel itself cannot vary (e.g. a head
+dimension fixed by a param) are detected once and held at their visible value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+Shape = dict[str, int]
+
+GEMM_TARGETS = ({"M": 4096, "N": 4096, "K": 4096}, {"M": 8192, "N": 8192, "K": 8192})
+_IRREGULAR = (200, 136, 72, 97, 40, 184)
+
+
+def parse_shapes(text: str, dims: tuple[str, ...]) -> list[Shape]:
+    """'4096,4096,4096;8192,8192,8192' (in the kernel's dim order) or 'M=4096,N=4096,K=4096;...'."""
+    out = []
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        items = [x.strip() for x in part.replace("x", ",").split(",") if x.strip()]
+        if all("=" in x for x in items):
+            shape = {k.strip(): int(v) for k, v in (x.split("=", 1) for x in items)}
+        elif len(items) == len(dims):
+            shape = dict(zip(dims, (int(x) for x in items)))
+        else:
+            raise ValueError(f"shape {part!r}: give {len(dims)} sizes ({', '.join(dims)}) or NAME=VALUE pairs")
+        missing = [d for d in dims if d not in shape]
+        extra = [d for d in shape if d not in dims]
+        if missing or extra:
+            raise ValueError(f"shape {part!r}: needs exactly the dims {', '.join(dims)}")
+        if any(v < 1 for v in shape.values()):
+            raise ValueError(f"shape {part!r}: sizes must be positive")
+        out.append({d: shape[d] for d in dims})
+    if not out:
+        raise ValueError("no shapes given")
+    return out
+
+
+def default_targets(dims: tuple[str, ...]) -> list[Shape]:
+    if set(dims) == {"M", "N", "K"}:
+        return [dict(s) for s in GEMM_TARGETS]
+    return [{d: 4096 for d in dims}]
+
+
+def default_checks(dims: tuple[str, ...]) -> list[Shape]:
+    """One tile-friendly and one irregular small shape (cheap in the interpreter)."""
+    return [{d: 128 for d in dims}, {d: _IRREGULAR[i % len(_IRREGULAR)] for i, d in enumerate(dims)}]
+
+
+def hidden_shapes(visible: list[Shape], rng: np.random.Generator, n: int = 2,
+                  fixed: frozenset[str] = frozenset(), hi: int = 280) -> list[Shape]:
+    """Fresh irregular shapes: sizes drawn in [1, hi], odd-biased so they are rarely tile multiples."""
+    base = visible[0] if visible else {}
+    out = []
+    for _ in range(n):
+        s = {}
+        for d, v in base.items():
+            if d in fixed:
+                s[d] = v
+            else:
+                x = int(rng.integers(1, hi + 1))
+                s[d] = x | 1 if rng.random() < 0.7 else x
+        out.append(s)
+    return out
+
+
+def fixed_dims(kernel, visible: list[Shape], seed: int = 0) -> frozenset[str]:
+    """Dims of the starting kernel that do not tolerate another size (kept at the visible value)."""
+    from argus.dsl.diagnostics import ArgusError
+    from argus.interp.run import run_interp
+
+    if not visible:
+        return frozenset()
+    fixed = set()
+    base = visible[0]
+    for d in base:
+        trial = dict(base)
+        trial[d] = base[d] + 13
+        try:
+            ok = run_interp(kernel, trial, seed=seed).ok
+        except ArgusError:
+            ok = False
+        if not ok:
+            fixed.add(d)
+    return frozenset(fixed)
+
+
+def label(s: Shape) -> str:
+    return ",".join(f"{k}={v}" for k, v in s.items())

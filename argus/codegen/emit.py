@@ -1,0 +1,622 @@
+"""IR kernel -> CUDA C++: statements, scalar and elementwise tile expressions, scopes and roles.
+
+The generated function mirrors the IR statement by statement, each preceded by a `#line` directive
+naming its `.arg` line, so compiler messages (and profilers) point at the source. Structure:
+
+* one `extern "C" __global__` function; tensors arrive as pointers plus row strides (the runtime may
+  pass a padded copy), runtime dims and scalars by value, tensor maps as `__grid_constant__`;
+* shared buffers and mbarriers live in one dynamic shared-memory block, each buffer aligned to its
+  swizzle pattern (1024 B), at offsets fixed here;
+* scalar locals are hoisted to the top of their scope (the block, or a role), register tiles are
+  per-thread arrays distributed by their RegLayout (argus/codegen/tiles.py);
+* consecutive roles become one if / else-if chain over warpgroups (what `setmaxnreg` needs); a
+  role that only issues bulk copies and mbarrier operations runs on its first thread.
+
+Expressions live in argus/codegen/exprs.py, the shared-memory plan in smem.py, memory operations in
+memory.py, MMAs in mma.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+
+from argus.codegen import memory, mma
+from argus.codegen.cexpr import (
+    C_KEYWORDS,
+    compute_type,
+    ctype,
+    from_compute,
+    is_narrow_float,
+    to_compute,
+)
+from argus.codegen.errors import unsupported
+from argus.codegen.exprs import Expressions, sub_exprs, walk_stmts
+from argus.codegen.prelude import prelude
+from argus.codegen.smem import Buffer, MBarrier
+from argus.codegen.spec import GeneratedKernel, ParamSpec, TmaSpec
+from argus.codegen.tiles import TileMap
+from argus.dsl.diagnostics import Span, error
+from argus.dsl.types import ScalarT, TileT
+from argus.ir import nodes as ir
+from argus.ir.passes.layouts import blocked_reg_layout, shared_tile_layout
+from argus.ir.smem_layout import offsets as placement_offsets
+
+MAX_SMEM = 227 * 1024  # per block on sm_90 (232448 B opt-in)
+DEFER_ENV = "ARGUS_WGMMA_WAIT"  # "defer" or "eager": when the generated code waits for a wgmma group
+DEFER_DEFAULT = "defer"  # measured on the H200: +12% for the cp.async + wgmma pipeline (RESULTS.md)
+# Statements that neither read registers written by an outstanding wgmma nor write shared memory it
+# may be reading: a deferred wgmma wait can move past them.
+_WGMMA_SAFE = (ir.WaitGroup, ir.Commit, ir.AssertTag, ir.WaitBarrier, ir.AllocShared, ir.Assume)
+SMEM_ALIGN = 1024  # a 128B-swizzle pattern: 8 rows x 128 B
+
+
+@dataclass
+class Scope:
+    """The threads running a statement list: the whole block, or one role's warpgroups."""
+
+    threads: int
+    tid: str  # C name of the thread index relative to the scope
+    bar_id: int  # 0: __syncthreads; else a named barrier of `threads` threads
+    single: bool = False  # only thread 0 of the scope runs the body
+    layouts: dict[str, ir.RegLayout] = field(default_factory=dict)
+    declared: set[str] = field(default_factory=set)
+    parent: Scope | None = None
+
+    def is_declared(self, name: str) -> bool:
+        s: Scope | None = self
+        while s is not None:
+            if name in s.declared:
+                return True
+            s = s.parent
+        return False
+
+    def layout(self, name: str) -> ir.RegLayout | None:
+        s: Scope | None = self
+        while s is not None:
+            if name in s.layouts:
+                return s.layouts[name]
+            s = s.parent
+        return None
+
+
+def _scope_stmts(body):
+    for s in body:
+        if isinstance(s, ir.Role):
+            continue
+        yield s
+        for f in ("body", "then", "orelse"):
+            if hasattr(s, f):
+                yield from _scope_stmts(getattr(s, f))
+
+
+def single_thread_role(role: ir.Role) -> bool:
+    """A role whose statements are all uniform control, scalars, mbarrier ops and bulk copies."""
+    for s in walk_stmts(role.body):
+        if isinstance(s, ir.Let) and isinstance(s.value.type, TileT):
+            return False
+        if isinstance(s, (ir.Store, ir.Barrier, ir.Commit, ir.WaitGroup)):
+            return False
+        if isinstance(s, ir.Copy) and s.mode != "bulk":
+            return False
+    return True
+
+
+class Emitter(Expressions):
+    def __init__(self, kernel: ir.Kernel, path: str | None = None, sm: int = 90, *,
+                 defer_wgmma: bool | None = None) -> None:
+        self.k = kernel
+        if defer_wgmma is None:
+            defer_wgmma = os.environ.get(DEFER_ENV, DEFER_DEFAULT) == "defer"
+        # Wait for a wgmma group lazily: only before the next statement that could touch the
+        # accumulator or shared memory (argus/codegen/mma.py); acc name -> registers to fence.
+        self.defer_wgmma = defer_wgmma
+        self.pending: dict[str, int] = {}
+        self.path = path or kernel.path
+        self.sm = sm
+        self.lines: list[str] = []
+        self.depth = 1
+        self.last_line: int | None = None
+        self.features: set[str] = set()
+        self.extra: dict[str, str] = {}  # helper name -> definition (wgmma shapes)
+        self.buffers: dict[str, Buffer] = {}
+        self.mbars: dict[str, MBarrier] = {}
+        self.tmaps: list[TmaSpec] = []
+        self.aligned_inputs: set[str] = set()
+        self.smem_top = 0
+        self.counter = 0
+        self.uses_wgmma = any(isinstance(e, ir.Mma) and e.instr == "wgmma"
+                              for s in walk_stmts(kernel.body) for e in _stmt_exprs(s))
+        self.cname: dict[str, str] = {}
+        self.params: list[ParamSpec] = []
+        self._plan_params()
+        self.nonneg = self._nonneg_names()
+        self.scope = Scope(kernel.threads, "ag_tid", 0)
+        self.role_index = 0
+
+    # ---- names ------------------------------------------------------------------------------------
+    def _plan_params(self) -> None:
+        taken: set[str] = set()
+
+        def fresh(name: str) -> str:
+            c = name if name not in C_KEYWORDS and not name.startswith("ag_") else f"{name}_"
+            while c in taken:
+                c += "_"
+            taken.add(c)
+            return c
+
+        for t in self.k.tensors:
+            c = fresh(t.name)
+            self.cname[t.name] = c
+            const = "const " if t.name not in self.k.outputs else ""
+            self.params.append(ParamSpec("tensor", c, f"{const}{ctype(t.dtype)}* __restrict__", t.name))
+            for ax in range(len(t.dims) - 1):
+                self.params.append(ParamSpec("stride", fresh(f"{t.name}_s{ax}"), "long long", t.name, axis=ax))
+        for d in self.k.dims:
+            c = fresh(d)
+            self.cname[d] = c
+            self.params.append(ParamSpec("dim", c, "int", d))
+        for s in self.k.scalars:
+            c = fresh(s.name)
+            self.cname[s.name] = c
+            self.params.append(ParamSpec("scalar", c, compute_type(s.dtype), s.name))
+        self.taken = taken
+
+    def local(self, name: str) -> str:
+        c = self.cname.get(name)
+        if c is None:
+            c = name if name not in C_KEYWORDS and not name.startswith("ag_") and name not in self.taken \
+                else f"{name}_"
+            self.cname[name] = c
+        return c
+
+    def tmp(self, stem: str) -> str:
+        self.counter += 1
+        return f"ag_{stem}{self.counter}"
+
+    def stride(self, tensor: str, axis: int) -> str:
+        t = self.k.tensor(tensor)
+        if axis == len(t.dims) - 1:
+            return "1"
+        return next(p.name for p in self.params if p.kind == "stride" and p.arg == tensor and p.axis == axis)
+
+    def dim(self, tensor: str, axis: int) -> str:
+        d = self.k.tensor(tensor).dims[axis]
+        return str(d) if isinstance(d, int) else self.cname[d]
+
+    # ---- output -----------------------------------------------------------------------------------
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.depth + text)
+
+    def at(self, span: Span | None) -> None:
+        """Attribute what follows to the `.arg` line of `span`."""
+        if span is not None and span.line != self.last_line:
+            self.lines.append(f'#line {span.line} "{self.path}"')
+            self.last_line = span.line
+
+    def open(self, head: str) -> None:
+        self.line(f"{head} {{" if head else "{")
+        self.depth += 1
+
+    def close(self, tail: str = "") -> None:
+        self.depth -= 1
+        self.line("}" + tail)
+
+    # ---- analyses -------------------------------------------------------------------------------
+    def _plan_mbarrier_scales(self) -> None:
+        """One IR `arrive` from a multi-warp scope becomes one hardware arrival per warp (after the
+        warp's own work), so no block-wide barrier is needed; the count is scaled to match. A barrier
+        that also receives expect_tx (a single-thread arrival) keeps count 1 per IR arrival."""
+        sites: dict[str, list[tuple[str, int, bool]]] = {}
+
+        def scan(body, threads: int, single: bool) -> None:
+            for s in body:
+                if isinstance(s, ir.Role):
+                    scan(s.body, s.warpgroups * 128, single_thread_role(s))
+                    continue
+                if isinstance(s, (ir.Arrive, ir.ExpectTx)):
+                    kind = "arrive" if isinstance(s, ir.Arrive) else "expect_tx"
+                    sites.setdefault(s.barrier.name, []).append((kind, threads, single))
+                for f in ("body", "then", "orelse"):
+                    if hasattr(s, f):
+                        scan(getattr(s, f), threads, single)
+
+        scan(self.k.body, self.k.threads, False)
+        for name, lst in sites.items():
+            warps = {t // 32 for kind, t, single in lst if kind == "arrive" and not single}
+            if name in self.mbars and len(warps) == 1 and all(k == "arrive" and not sg for k, _, sg in lst):
+                self.mbars[name] = dataclasses.replace(self.mbars[name], scale=warps.pop())
+
+    # ---- driver -----------------------------------------------------------------------------------
+    def generate(self) -> GeneratedKernel:
+        k = self.k
+        for s in walk_stmts(k.body):
+            if isinstance(s, ir.AllocShared):
+                self._alloc_shared(s)
+            elif isinstance(s, ir.AllocBarrier):
+                self._alloc_barrier(s)
+        self._plan_mbarrier_scales()
+        body_start = len(self.lines)
+        self.block_scope(k.body, self.scope)
+        body = self.lines[body_start:]
+        self.lines = self.lines[:body_start]
+        smem = self.smem_top + (SMEM_ALIGN if self.smem_top else 0)
+        if smem - SMEM_ALIGN > MAX_SMEM:
+            raise error("codegen", f"the kernel needs {self.smem_top} B of shared memory; a block can have "
+                        f"at most {MAX_SMEM} B", k.span)
+        if self.uses_wgmma or "tma" in self.features:
+            self.sm = max(self.sm, 90)
+        min_sm = 90 if self.features & {"wgmma", "tma", "mbarrier", "setmaxnreg", "proxy-fence"} else 80
+        sig_params = list(self.params) + [
+            ParamSpec("tmap", f"ag_tm{i}", "const __grid_constant__ AgTmaMap", t.tensor, tmap=i)
+            for i, t in enumerate(self.tmaps)]
+        bounds = f"__launch_bounds__({k.threads}{self._min_blocks(smem)})"
+        cluster = f" __cluster_dims__({', '.join(map(str, (k.cluster + (1, 1))[:3]))})" if k.cluster != (1,) else ""
+        head = [
+            f"// Generated by Argus from {self.path}: kernel {k.name}.",
+            f"// params: {', '.join(f'{n}={v!r}' for n, v in k.params)}",
+            "// Do not edit: regenerate with `argus build`.",
+        ]
+        pre = prelude(frozenset(self.features), list(self.extra.values()),
+                      fp8=any(t.dtype.name.startswith("f8") for t in k.tensors))
+        args = ",\n    ".join(f"{p.ctype} {p.name}" for p in sig_params)
+        out = head + [pre, f'#line {k.span.line} "{self.path}"',
+                      f'extern "C" __global__ void{cluster} {bounds}\n{self.entry}(\n    {args}) {{']
+        if self.smem_top:
+            out += ["  extern __shared__ __align__(1024) unsigned char ag_smem_raw[];",
+                    "  // 1024-byte aligned base: swizzle patterns (and wgmma descriptors) assume it",
+                    "  const ag_u32 ag_smem = (ag_smem_u32(ag_smem_raw) + 1023u) & ~1023u;",
+                    "  unsigned char* const ag_smem_ptr = ag_smem_raw + (ag_smem - ag_smem_u32(ag_smem_raw));"]
+        out += ["  const int ag_tid = threadIdx.x;"]
+        out += body + ["}", ""]
+        return GeneratedKernel(
+            name=self.entry, kernel=k.name, path=self.path, source="\n".join(out), threads=k.threads,
+            smem_bytes=smem, params=tuple(sig_params), tensor_maps=tuple(self.tmaps),
+            aligned_inputs=tuple(sorted(self.aligned_inputs)), features=frozenset(self.features),
+            min_sm=min_sm, cluster=k.cluster)
+
+    def _min_blocks(self, smem: int) -> str:
+        """setmaxnreg needs a register cap at entry: one block per SM. Without roles, ask for two blocks
+        per SM when their shared memory fits: one block's barrier and copy-issue gaps are then filled by
+        the other's MMAs (it caps registers at 32768 / threads)."""
+        if any(isinstance(s, ir.Role) for s in self.k.body):
+            return ", 1"
+        if 2 * smem <= MAX_SMEM + SMEM_ALIGN and self.k.threads <= 512:
+            return ", 2"
+        return ""
+
+    @property
+    def entry(self) -> str:
+        return self.k.name if self.k.name not in C_KEYWORDS and not self.k.name.startswith("ag_") \
+            else f"argus_{self.k.name}"
+
+    def _alloc_shared(self, s: ir.AllocShared) -> None:
+        if s.name in self.buffers:
+            raise unsupported("a shared buffer allocated twice", s.span)
+        rows, cols = (1, s.shape[0]) if len(s.shape) == 1 else s.shape[-2:]
+        try:
+            tile = shared_tile_layout(s.dtype, s.shape, s.swizzle)
+        except ValueError as exc:
+            raise error("codegen", f"shared buffer '{s.name}': {exc}", s.span) from None
+        if s.layout is not None:  # explicit placement: a stage is as long as its largest offset
+            inner = placement_offsets(s.layout, s.shape[-2:])
+            stage = int(inner.max()) + 1 if inner.size else 0
+        else:
+            stage = rows * cols
+            if len(s.shape) > 2 and s.swizzle and stage % tile.swizzle.period:
+                raise error("codegen", f"shared buffer '{s.name}': a {rows}x{cols} tile is not a whole number of "
+                            f"{s.swizzle}B swizzle patterns", s.span)
+        off = -(-self.smem_top // SMEM_ALIGN) * SMEM_ALIGN
+        self.buffers[s.name] = Buffer(s.name, s, off, tile, rows, cols, stage)
+        self.smem_top = off + self.buffers[s.name].nbytes
+
+    def _alloc_barrier(self, s: ir.AllocBarrier) -> None:
+        off = -(-self.smem_top // 8) * 8
+        n = s.n or 1
+        self.mbars[s.name] = MBarrier(s.name, off, n, s.count)
+        self.smem_top = off + 8 * n
+        self.features.add("mbarrier")
+
+    # ---- scopes -----------------------------------------------------------------------------------
+    def block_scope(self, body: tuple[ir.Stmt, ...], scope: Scope) -> None:
+        """Declare the scope's locals, then emit its statements."""
+        prev, self.scope = self.scope, scope
+        self.declare(body)
+        self.stmts(body)
+        self.flush_wgmma()
+        self.scope = prev
+
+    def flush_wgmma(self) -> None:
+        """Wait for the outstanding wgmma group (if any may be in flight)."""
+        if not self.pending:
+            return
+        self.line("ag_wgmma_wait<0>();  // the deferred wait of the mma before")
+        for name, n in self.pending.items():
+            self.line("#pragma unroll")
+            self.line(f"for (int ag_i = 0; ag_i < {n}; ++ag_i) ag_reg_fence({name}[ag_i]);")
+        self.pending = {}
+
+    def _wgmma_safe(self, s: ir.Stmt) -> bool:
+        return isinstance(s, _WGMMA_SAFE) or (isinstance(s, ir.Let) and isinstance(s.value.type, ScalarT))
+
+    def declare(self, body) -> None:
+        types: dict[str, tuple[str, int | None]] = {}
+        for s in _scope_stmts(body):
+            if not isinstance(s, ir.Let):
+                continue
+            t = s.value.type
+            if isinstance(t, TileT):
+                if s.layout is None:
+                    raise unsupported(f"register tile '{s.name}' here: it would need two different layouts",
+                                      s.span, "it mixes mma accumulators of different shapes or warp grids")
+                old = self.scope.layouts.get(s.name)
+                if old is not None and old != s.layout:
+                    raise unsupported(f"register tile '{s.name}' with two layouts", s.span)
+                self.scope.layouts[s.name] = s.layout
+                decl = (ctype(t.dtype), TileMap(s.layout, self.scope.tid).slots)
+            elif isinstance(t, ScalarT):
+                decl = (compute_type(t.dtype), None)
+            else:
+                continue
+            if s.name in types and types[s.name] != decl:
+                raise unsupported(f"'{s.name}' holding values of two different types", s.span)
+            types[s.name] = decl
+        for name, (ct, slots) in types.items():
+            if self.scope.parent is not None and self.scope.parent.is_declared(name):
+                continue
+            self.scope.declared.add(name)
+            self.line(f"{ct} {self.local(name)}{'' if slots is None else f'[{slots}]'};")
+
+    def stmts(self, body: tuple[ir.Stmt, ...]) -> None:
+        i = 0
+        while i < len(body):
+            s = body[i]
+            if isinstance(s, ir.Role):
+                j = i
+                while j < len(body) and isinstance(body[j], ir.Role):
+                    j += 1
+                self.roles(body[i:j])
+                i = j
+                continue
+            self.stmt(s)
+            i += 1
+
+    def roles(self, roles: tuple[ir.Role, ...]) -> None:
+        if self.scope.parent is not None:
+            raise unsupported("roles inside a role", roles[0].span)
+        groups = self.k.threads // 128
+        total = sum(r.warpgroups for r in roles)
+        if self.k.threads % 128 or total > groups:
+            raise error("codegen", f"the roles need {total} warpgroups but the block has {self.k.threads} threads",
+                        roles[0].span, "launch with warpgroups= covering every role")
+        cap = min(255, 65536 // self.k.threads // 8 * 8)  # registers per thread under __launch_bounds__(T, 1)
+        budget = sum(r.warpgroups * 128 * (r.registers or cap) for r in roles)
+        if any(r.registers is not None for r in roles) and budget > 65536:
+            raise error("codegen", f"the roles' registers= ask for {budget} registers; a multiprocessor has 65536",
+                        roles[0].span)
+        # setmaxnreg only when a role asks for more than the cap every thread gets at entry
+        redistribute = any((r.registers or 0) > cap for r in roles)
+        self.at(roles[0].span)
+        self.open("")
+        self.line("const int ag_wg = ag_tid >> 7;")
+        base = 0
+        for n, r in enumerate(roles):
+            self.at(r.span)
+            cond = f"ag_wg < {base + r.warpgroups}"
+            head = f"if ({cond})" if n == 0 else f"}} else if ({cond})"
+            if n:
+                self.depth -= 1
+            self.open(head)
+            self.line(f"// role {r.kind!r}: warpgroups {base}..{base + r.warpgroups - 1}")
+            if r.registers is not None and redistribute and r.registers != cap:
+                if r.registers % 8 or not 24 <= r.registers <= 256:
+                    raise error("codegen", f"registers={r.registers}: setmaxnreg takes a multiple of 8 in 24..256",
+                                r.span)
+                self.features.add("setmaxnreg")
+                op = "inc" if r.registers > cap else "dec"
+                self.line(f"ag_setmaxnreg_{op}<{r.registers}>();")
+            self.line(f"const int ag_rtid = ag_tid - {base * 128};")
+            self.role_index += 1
+            scope = Scope(r.warpgroups * 128, "ag_rtid", self.role_index, single_thread_role(r), parent=self.scope)
+            if scope.single:
+                self.line("// this role only issues bulk copies and mbarrier operations: its first thread runs it")
+                self.open("if (ag_rtid == 0)")
+                self.block_scope(r.body, scope)
+                self.close()
+            else:
+                self.block_scope(r.body, scope)
+            base += r.warpgroups
+        self.close()
+        self.close()
+
+    # ---- statements -------------------------------------------------------------------------------
+    def stmt(self, s: ir.Stmt) -> None:
+        self.at(s.span)
+        if self.pending and not self._wgmma_safe(s):
+            self.flush_wgmma()
+        if isinstance(s, ir.Let):
+            self.let(s)
+        elif isinstance(s, ir.AllocShared):
+            b = self.buffers[s.name]
+            sw = f", {s.swizzle}B swizzle" if s.swizzle else ""
+            self.line(f"// shared {s.name}: {s.dtype}[{', '.join(map(str, s.shape))}]{sw} at +{b.offset} B")
+        elif isinstance(s, ir.AllocBarrier):
+            self.alloc_barrier_init(s)
+        elif isinstance(s, ir.Copy):
+            memory.copy(self, s)
+        elif isinstance(s, ir.Commit):
+            self.features.add("cp.async")
+            self.line("ag_cp_async_commit();")
+        elif isinstance(s, ir.WaitGroup):
+            self.features.add("cp.async")
+            self.line(f"ag_cp_async_wait<{s.n}>();")
+        elif isinstance(s, ir.Barrier):
+            self.barrier()
+        elif isinstance(s, ir.Arrive):
+            self.arrive(s)
+        elif isinstance(s, ir.ExpectTx):
+            bar = self.mbar_addr(s.barrier, s.span)
+            self.single(f"ag_mbar_expect_tx({bar}, (ag_u32)({self.sx(s.nbytes)}));")
+        elif isinstance(s, ir.WaitBarrier):
+            bar = self.mbar_addr(s.barrier, s.span)
+            self.line(f"ag_mbar_wait({bar}, (ag_u32)({self.sx(s.phase)}) & 1u);")
+        elif isinstance(s, ir.Store):
+            memory.store(self, s)
+        elif isinstance(s, ir.For):
+            self.for_loop(s)
+        elif isinstance(s, ir.If):
+            entry = dict(self.pending)
+            self.open(f"if ({self.sx(s.cond)})")
+            self.stmts(s.then)
+            after_then, self.pending = self.pending, dict(entry)
+            if s.orelse:
+                self.depth -= 1
+                self.open("} else")
+                self.stmts(s.orelse)
+            self.close()
+            self.pending = {**self.pending, **after_then}
+        elif isinstance(s, ir.AssertTag):
+            self.line("// assert_tag: a data-flow invariant, proved by argus check (no run-time code)")
+        elif isinstance(s, ir.Assume):
+            self.line("// assume: a precondition, checked by the runtime before the launch")
+            self.line(f"__builtin_assume({self.sx(s.cond)});")
+        elif isinstance(s, ir.Role):
+            self.roles((s,))
+        else:
+            raise unsupported(type(s).__name__, s.span)
+
+    def for_loop(self, s: ir.For) -> None:
+        v = self.local(s.var)
+        if isinstance(s.step, ir.Const) and isinstance(s.step.value, int) and s.step.value != 0:
+            step = s.step.value
+            cmp = "<" if step > 0 else ">"
+            inc = f"++{v}" if step == 1 else f"{v} += {step}"
+        elif s.kind == "persistent":  # the step is the grid size: positive
+            cmp, inc = "<", f"{v} += {self.sx(s.step)}"
+        else:
+            raise unsupported("a loop step that is not a non-zero constant", s.span)
+        start, last_line, entry = len(self.lines), self.last_line, dict(self.pending)
+
+        def emit() -> None:
+            if s.kind == "unroll":
+                self.line("#pragma unroll")
+            elif s.kind == "persistent":
+                self.line("// persistent: this block takes every num_blocks-th tile")
+            self.open(f"for (int {v} = {self.sx(s.start)}; {v} {cmp} {self.sx(s.stop)}; {inc})")
+            self.stmts(s.body)
+            self.close()
+
+        emit()
+        if any(name not in entry for name in self.pending):
+            # a wgmma left in flight at the end of the body is in flight at its start: emit it again
+            # knowing that, so its first unsafe statement waits (a no-op in the first iteration)
+            back = {**entry, **self.pending}
+            del self.lines[start:]
+            self.last_line, self.pending = last_line, dict(back)
+            emit()
+        self.pending = {**entry, **self.pending}
+
+    def single(self, text: str) -> None:
+        """A statement one thread of the scope performs for all of it."""
+        if self.scope.single:
+            self.line(text)
+        else:
+            self.line(f"if ({self.scope.tid} == 0) {text}")
+
+    def barrier(self) -> None:
+        if self.scope.single:
+            raise unsupported("barrier() in a role that runs on one thread", None)
+        if self.uses_wgmma:
+            # wgmma reads shared memory through the async proxy: publish generic-proxy writes first
+            self.features.add("proxy-fence")
+            self.line("ag_fence_proxy_async();")
+        if self.scope.bar_id == 0:
+            self.line("__syncthreads();")
+        else:
+            self.line(f"ag_bar_sync({self.scope.bar_id}, {self.scope.threads});")
+
+    def alloc_barrier_init(self, s: ir.AllocBarrier) -> None:
+        mb = self.mbars[s.name]
+        self.line(f"// mbarrier {s.name}[{mb.n}] at +{mb.offset} B: {mb.count} arrival(s) per phase"
+                  + (f" x {mb.scale} warps" if mb.scale > 1 else ""))
+        self.open("if (ag_tid == 0)")
+        self.line(f"for (int ag_i = 0; ag_i < {mb.n}; ++ag_i) ag_mbar_init(ag_smem + {mb.offset}u + 8u * ag_i, "
+                  f"{mb.count * mb.scale}u);")
+        self.line("ag_fence_mbar_init();")
+        self.close()
+        self.line("__syncthreads();")
+
+    def mbar_addr(self, b: ir.BarrierRef, span: Span | None) -> str:
+        mb = self.mbars.get(b.name)
+        if mb is None:
+            raise unsupported(f"mbarrier '{b.name}' used before it is allocated", span)
+        if b.index is None:
+            return f"(ag_smem + {mb.offset}u)"
+        return f"(ag_smem + {mb.offset}u + 8u * (ag_u32)({self.sx(b.index)}))"
+
+    def arrive(self, s: ir.Arrive) -> None:
+        mb = self.mbars[s.barrier.name]
+        bar = self.mbar_addr(s.barrier, s.span)
+        if self.scope.single:
+            self.line(f"ag_mbar_arrive({bar});")
+        elif mb.scale > 1:
+            self.line("__syncwarp();")
+            self.line(f"if ((ag_tid & 31) == 0) ag_mbar_arrive({bar});  // one arrival per warp")
+        else:
+            self.barrier()
+            self.line(f"if ({self.scope.tid} == 0) ag_mbar_arrive({bar});")
+
+    def let(self, s: ir.Let) -> None:
+        t = s.value.type
+        name = self.local(s.name)
+        if isinstance(t, TileT):
+            self.tile_assign(name, s.value, s.layout, s.span)
+            return
+        if not isinstance(t, ScalarT):
+            raise unsupported(f"a {t} value", s.span)
+        value = self.sx(s.value)
+        if is_narrow_float(t.dtype):
+            value = to_compute(t.dtype, from_compute(t.dtype, value))
+        self.line(f"{name} = {value};")
+
+    # ---- register tiles ---------------------------------------------------------------------------
+    def tilemap(self, lay: ir.RegLayout) -> TileMap:
+        return TileMap(lay, self.scope.tid)
+
+    def default_layout(self, shape: tuple[int, ...], nbytes: int) -> ir.RegLayout:
+        return blocked_reg_layout(shape, self.scope.threads, nbytes)
+
+    def tile_assign(self, name: str, value: ir.Expr, lay: ir.RegLayout | None, span) -> None:
+        if lay is None:
+            raise unsupported("this register tile: it would need two different layouts", span)
+        tm = self.tilemap(lay)
+        inner = value
+        while isinstance(inner, ir.Tag):
+            inner = inner.x
+        if isinstance(inner, ir.Mma):
+            mma.emit(self, name, inner, tm)
+            return
+        if isinstance(inner, ir.Load):
+            memory.load_into(self, name, inner, tm)
+            return
+        loads = self.preload(value, tm)
+        dt = value.type.dtype
+        self.line("#pragma unroll")
+        self.line(f"for (int ag_i = 0; ag_i < {tm.slots}; ++ag_i) "
+                  f"{name}[ag_i] = {from_compute(dt, self.ex(value, 'ag_i', tm, loads, top=True))};")
+
+def _stmt_exprs(s: ir.Stmt):
+    for f in s.__dataclass_fields__:
+        if f in ("span", "body", "then", "orelse"):
+            continue
+        v = getattr(s, f)
+        yield from sub_exprs(v)
+
+
+def generate(kernel: ir.Kernel, path: str | None = None, *, defer_wgmma: bool | None = None) -> GeneratedKernel:
+    """CUDA C++ for a lowered kernel (after the pass pipeline); raises ArgusError on what it cannot emit.
+
+    defer_wgmma: wait for each wgmma group only when the next statement needs it, so that it overlaps
+    the following cp.async wait (default: $ARGUS_WGMMA_WAIT, else DEFER_DEFAULT)."""
+    return Emitter(kernel, path, defer_wgmma=defer_wgmma).generate()

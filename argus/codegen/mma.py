@@ -1,0 +1,229 @@
+"""`acc = mma(a, b, acc)` in generated code: wgmma from shared-memory descriptors, or ldmatrix + mma.sync.
+
+The accumulator is a register tile with the mma's fragment layout (TileMap); its slot of instruction
+tile (i, j) follows fragments.tile_fragment (blocked): slot = atom_slot + atom_slots * (i + I * j).
+
+wgmma (sm_90a): warpgroup g of the scope sits at (g % warps_m, g // warps_m). For every k16 step and
+every m64 x n instruction tile it issues one `wgmma.mma_async` whose descriptors point at the
+operand's first element; LBO / SBO come from fragments.wgmma_descriptor_strides for the buffer's tile
+layout (A K-major, B N-major when stored [K, N]; a transposed view flips the major-ness). The k16 step
+and instruction offsets are pre-swizzle offsets in the tile layout: the hardware applies the swizzle
+to the address bits, which is why buffers are aligned to the 1024-byte pattern. The IR's mma is
+synchronous, so the group is waited for (wait_group 0) before the accumulator is used or the stage
+released.
+
+mma.sync m16n8k16 (sm_80+): warp w sits at (w % warps_m, w // warps_m); per k16 step it loads A
+fragments with ldmatrix.x4 (rows = M: .trans when A is stored [K, M]) and B fragments two n8 tiles at a
+time with ldmatrix.x4.trans (B stored [K, N]) or .x4 (stored [N, K]), then issues the MMAs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from argus.codegen.errors import unsupported
+from argus.codegen.memory import SView, sview
+from argus.codegen.prelude import wgmma_function
+from argus.codegen.tiles import TileMap
+from argus.ir import nodes as ir
+from argus.ir.fragments import wgmma_descriptor_strides
+
+if TYPE_CHECKING:
+    from argus.codegen.emit import Emitter
+
+_WGMMA_MODE = {128: 1, 64: 2, 32: 3}
+
+
+def emit(em: Emitter, name: str, m: ir.Mma, tm: TileMap) -> None:
+    lay = m.layout
+    if lay is None:
+        raise unsupported("an mma without a fragment layout", m.span)
+    if not isinstance(m.a, ir.Ref) or not isinstance(m.b, ir.Ref) or m.a.space != "shared" or m.b.space != "shared":
+        raise unsupported("mma operands in registers", m.span, "keep A and B in shared buffers")
+    if m.a.dtype.name not in ("bf16", "f16"):
+        raise unsupported(f"mma on {m.a.dtype} operands", m.span, "bf16 and f16 are supported")
+    if tm.layout.kind != "mma" or tm.layout.mma != lay:
+        raise unsupported("an mma whose result has another register layout", m.span)
+    acc = m.acc
+    while isinstance(acc, ir.Tag):
+        acc = acc.x
+    if not (isinstance(acc, ir.Var) and em.local(acc.name) == name):
+        # acc = mma(a, b, other): start from `other`, then accumulate in place
+        loads = em.preload(m.acc, tm)
+        em.line("#pragma unroll")
+        em.line(f"for (int ag_i = 0; ag_i < {tm.slots}; ++ag_i) {name}[ag_i] = {em.ex(m.acc, 'ag_i', tm, loads)};")
+    a, b = sview(em, m.a), sview(em, m.b)
+    if lay.instr == "wgmma":
+        _wgmma(em, name, m, a, b)
+    else:
+        _mma_sync(em, name, m, a, b)
+
+
+def _check_tile_start(sv: SView, span, what: str) -> None:
+    if not isinstance(sv.r0, int) or not isinstance(sv.c0, int):
+        raise unsupported(f"an mma {what} operand at a run-time offset inside its buffer's tile", span)
+
+
+# ---- wgmma -----------------------------------------------------------------------------------------
+
+
+def _wgmma(em: Emitter, name: str, m: ir.Mma, a: SView, b: SView) -> None:
+    lay = m.layout
+    span = m.span
+    (mm, kk), nn = m.a.shape, m.b.shape[1]
+    gm, gn = lay.warps_m, lay.warps_n
+    inst_n = lay.inst_shape[1]
+    per_m, per_n = mm // gm, nn // gn
+    ma, na = per_m // 64, per_n // inst_n
+    for sv, what in ((a, "A"), (b, "B")):
+        _check_tile_start(sv, span, what)
+        if sv.buf.explicit is not None:
+            raise unsupported(f"a wgmma {what} operand in a buffer with an explicit layout=", span,
+                               "wgmma reads the canonical swizzled layouts: declare the buffer with swizzle=")
+        if sv.buf.alloc.swizzle not in _WGMMA_MODE:
+            raise unsupported(f"a wgmma {what} operand in an unswizzled buffer", span,
+                               "declare the buffer with swizzle=32, 64 or 128")
+    e = a.buf.elem_bytes
+    # A is indexed (m, k): K-major when stored [M, K]; B (k, n): N-major when stored [K, N].
+    a_major = "MN" if a.transposed else "K"
+    b_major = "K" if b.transposed else "MN"
+    a_lbo, a_sbo = _strides(a, a_major)
+    b_lbo, b_sbo = _strides(b, b_major)
+    wa, wb = a.buf.alloc.swizzle // e, b.buf.alloc.swizzle // e
+    if a_major == "MN" and 64 % wa:
+        raise unsupported("a transposed wgmma A operand narrower than its swizzle row", span)
+    if b_major == "MN" and inst_n % wb:
+        raise unsupported(f"wgmma N={inst_n} that is not a multiple of the {b.buf.alloc.swizzle}B swizzle row of B",
+                           span, "make each warpgroup's share of BN a multiple of the swizzle row (64 for bf16, 128B)")
+    ab = m.a.dtype.name
+    fn, body = wgmma_function(inst_n, ab, int(a.transposed), 0 if b.transposed else 1)
+    em.extra.setdefault(fn, body)
+    em.features.update({"wgmma", "proxy-fence"})
+    regs = inst_n // 2
+    em.line(f"// wgmma m64n{inst_n}k16 x {kk // 16} k-steps; warpgroups {gm}x{gn}, each {per_m}x{per_n} "
+            f"({ma}x{na} instructions)")
+    em.open("")
+    em.line(f"const int ag_wg = {em.scope.tid} >> 7, ag_wm = ag_wg % {gm}, ag_wn = ag_wg / {gm};")
+    em.line("#pragma unroll")
+    em.line(f"for (int ag_i = 0; ag_i < {regs * ma * na}; ++ag_i) ag_reg_fence({name}[ag_i]);")
+    em.line("ag_wgmma_fence();")
+    em.line("#pragma unroll")
+    em.open(f"for (int ag_k = 0; ag_k < {kk // 16}; ++ag_k)")
+    em.line("#pragma unroll")
+    em.open(f"for (int ag_mi = 0; ag_mi < {ma}; ++ag_mi)")
+    em.line("#pragma unroll")
+    em.open(f"for (int ag_ni = 0; ag_ni < {na}; ++ag_ni)")
+    a_addr, b_addr = wgmma_operand_addrs(a, b, per_m, per_n, inst_n)
+    em.line(f"const ag_u64 ag_da = ag_wgmma_desc({a_addr}, {a_lbo}u, {a_sbo}u, {_WGMMA_MODE[a.buf.alloc.swizzle]}u);")
+    em.line(f"const ag_u64 ag_db = ag_wgmma_desc({b_addr}, {b_lbo}u, {b_sbo}u, {_WGMMA_MODE[b.buf.alloc.swizzle]}u);")
+    em.line(f"{fn}({name} + (ag_mi + {ma} * ag_ni) * {regs}, ag_da, ag_db);")
+    em.close()
+    em.close()
+    em.close()
+    em.line("ag_wgmma_commit();")
+    if em.defer_wgmma:
+        em.line("// waited for before the next statement that needs the accumulator or this stage")
+        em.pending[name] = regs * ma * na
+    else:
+        em.line("ag_wgmma_wait<0>();")
+        em.line("#pragma unroll")
+        em.line(f"for (int ag_i = 0; ag_i < {regs * ma * na}; ++ag_i) ag_reg_fence({name}[ag_i]);")
+    em.close()
+
+
+def wgmma_operand_addrs(a: SView, b: SView, per_m: int, per_n: int, inst_n: int) -> tuple[str, str]:
+    """Descriptor start addresses (pre-swizzle: the hardware swizzles address bits) of the A and B
+    operands of instruction (ag_mi, ag_ni) at k-step ag_k for warpgroup (ag_wm, ag_wn)."""
+    a_addr = a.addr(f"ag_wm * {per_m} + ag_mi * 64", "ag_k * 16", swizzled=False)
+    b_addr = b.addr("ag_k * 16", f"ag_wn * {per_n} + ag_ni * {inst_n}", swizzled=False)
+    return a_addr, b_addr
+
+
+def _strides(sv: SView, major: str) -> tuple[int, int]:
+    """(LBO, SBO) bytes of the buffer's stored tile: rows of the stored tile are its non-contiguous axis."""
+    buf = sv.buf
+    contiguous, other = buf.cols, buf.rows
+    # wgmma_descriptor_strides(mn, k, major): K-major stores k contiguously (rows = mn); MN-major rows = k.
+    if major == "K":
+        _, sbo = wgmma_descriptor_strides(other, contiguous, "K", buf.elem_bytes, buf.alloc.swizzle)
+        # A swizzled K-major operand never crosses a swizzle row within one k16 step, so the hardware
+        # ignores LBO; 16 (encoded 1) is the value the H200 probe ran with.
+        return 16, sbo
+    return wgmma_descriptor_strides(contiguous, other, "MN", buf.elem_bytes, buf.alloc.swizzle)
+
+
+def ldmatrix_a_addr(a: SView, tile_m: int) -> str:
+    """Lane ag_l's row address for A fragment ag_mi at k-step ag_k of warp row ag_wm. Matrix q = lane / 8
+    holds rows (q % 2) * 8.. and k (q / 2) * 8..; a lane names one stored row of its matrix: an m row
+    (A stored [M, K]) or, for .trans, a k row (A stored [K, M])."""
+    m0, k0 = f"ag_wm * {tile_m} + ag_mi * 16", "ag_k * 16"
+    if a.transposed:
+        return a.addr(f"{m0} + ((ag_l >> 3) & 1) * 8", f"{k0} + (ag_l >> 4) * 8 + (ag_l & 7)")
+    return a.addr(f"{m0} + (ag_l & 15)", f"{k0} + (ag_l >> 4) * 8")
+
+
+def ldmatrix_b_addr(b: SView, tile_n: int) -> str:
+    """Lane ag_l's row address for B fragments 2 * ag_nj, 2 * ag_nj + 1 at k-step ag_k of warp column
+    ag_wn. Matrix q holds k (q % 2) * 8.. and n (q / 2) * 8..; a lane names a k row (B stored [K, N], read
+    with .trans) or an n row (B stored [N, K])."""
+    k0, n0 = "ag_k * 16", f"ag_wn * {tile_n} + ag_nj * 16"
+    if b.transposed:
+        return b.addr(f"{k0} + ((ag_l >> 3) & 1) * 8", f"{n0} + (ag_l >> 4) * 8 + (ag_l & 7)")
+    return b.addr(f"{k0} + ((ag_l >> 3) & 1) * 8 + (ag_l & 7)", f"{n0} + (ag_l >> 4) * 8")
+
+
+# ---- mma.sync --------------------------------------------------------------------------------------
+
+
+def _mma_sync(em: Emitter, name: str, m: ir.Mma, a: SView, b: SView) -> None:
+    lay = m.layout
+    (mm, kk), nn = m.a.shape, m.b.shape[1]
+    wm_, wn_ = lay.warps_m, lay.warps_n
+    tm_, tn_ = mm // wm_, nn // wn_
+    mi_n, ni_n = tm_ // 16, tn_ // 8
+    for sv in (a, b):
+        if (sv.buf.cols * sv.buf.elem_bytes) % 16:
+            raise unsupported("ldmatrix from a buffer whose rows are not a multiple of 16 bytes", m.span)
+    em.features.update({"mma.sync"})
+    mma_fn = f"ag_mma_m16n8k16_{m.a.dtype.name}"
+    em.line(f"// mma.sync m16n8k16 x {kk // 16} k-steps; warps {wm_}x{wn_}, each {tm_}x{tn_} "
+            f"({mi_n}x{ni_n} instructions)")
+    em.open("")
+    em.line(f"const int ag_w = {em.scope.tid} >> 5, ag_l = ag_tid & 31;")
+    em.line(f"const int ag_wm = ag_w % {wm_}, ag_wn = ag_w / {wm_};")
+    em.line("#pragma unroll")
+    em.open(f"for (int ag_k = 0; ag_k < {kk // 16}; ++ag_k)")
+    em.line(f"ag_u32 ag_af[{mi_n}][4], ag_bf[{ni_n}][2];")
+    # A (m, k): matrix q = lane / 8 covers rows (q % 2) * 8.., k (q / 2) * 8..
+    em.line("#pragma unroll")
+    em.open(f"for (int ag_mi = 0; ag_mi < {mi_n}; ++ag_mi)")
+    a_addr = ldmatrix_a_addr(a, tm_)
+    em.line(f"ag_ldmatrix_x4{'_trans' if a.transposed else ''}(ag_af[ag_mi], {a_addr});")
+    em.close()
+    # B (k, n): matrix q covers k (q % 2) * 8.., n (q / 2) * 8..: two n8 tiles per ldmatrix.x4
+    trans_b = "" if b.transposed else "_trans"
+    pairs, odd = ni_n // 2, ni_n % 2
+    b_addr = ldmatrix_b_addr(b, tn_)
+    if pairs:
+        em.line("#pragma unroll")
+        em.open(f"for (int ag_nj = 0; ag_nj < {pairs}; ++ag_nj)")
+        em.line("ag_u32 ag_t[4];")
+        em.line(f"ag_ldmatrix_x4{trans_b}(ag_t, {b_addr});")
+        em.line("ag_bf[2 * ag_nj][0] = ag_t[0]; ag_bf[2 * ag_nj][1] = ag_t[1];")
+        em.line("ag_bf[2 * ag_nj + 1][0] = ag_t[2]; ag_bf[2 * ag_nj + 1][1] = ag_t[3];")
+        em.close()
+    if odd:
+        em.open("")
+        em.line(f"const int ag_nj = {pairs};")
+        em.line("ag_u32 ag_t[2];")
+        em.line(f"ag_ldmatrix_x2{trans_b}(ag_t, {b_addr});")
+        em.line(f"ag_bf[{ni_n - 1}][0] = ag_t[0]; ag_bf[{ni_n - 1}][1] = ag_t[1];")
+        em.close()
+    em.line("#pragma unroll")
+    em.open(f"for (int ag_mi = 0; ag_mi < {mi_n}; ++ag_mi)")
+    em.line("#pragma unroll")
+    em.line(f"for (int ag_ni = 0; ag_ni < {ni_n}; ++ag_ni) "
+            f"{mma_fn}({name} + 4 * (ag_mi + {mi_n} * ag_ni), ag_af[ag_mi], ag_bf[ag_ni]);")
+    em.close()
+    em.close()
+    em.close()

@@ -1,0 +1,175 @@
+"""Device helpers that generated kernels call: inline PTX wrappers, one small function per instruction.
+
+Only the groups a kernel uses are emitted (keyed by feature name), so an sm_80 kernel never sees an
+sm_90a instruction. Every wrapper is `__forceinline__`; none holds logic beyond its instruction.
+"""
+
+from __future__ import annotations
+
+BASE = r"""
+typedef unsigned int ag_u32;
+typedef unsigned long long ag_u64;
+
+// Shared-memory swizzle on element offsets: XOR the source bit field into the target field.
+template <int SRC, int DST, int MASK> __device__ __forceinline__ int ag_swizzle(int x) {
+  return x ^ (((x >> SRC) & MASK) << DST);
+}
+__device__ __forceinline__ ag_u32 ag_smem_u32(const void* p) { return (ag_u32)__cvta_generic_to_shared(p); }
+// Python semantics for // and % on integers that may be negative.
+template <typename T> __device__ __forceinline__ T ag_floordiv(T a, T b) {
+  T q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+template <typename T> __device__ __forceinline__ T ag_floormod(T a, T b) {
+  T r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <typename T> __device__ __forceinline__ T ag_cdiv(T a, T b) { return -ag_floordiv<T>(-a, b); }
+// N elements of T stored with one instruction (N * sizeof(T) <= 16, naturally aligned).
+template <typename T, int N> struct alignas(sizeof(T) * N) ag_vec { T v[N]; };
+__device__ __forceinline__ float ag_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float ag_round_f16(float x) { return __half2float(__float2half_rn(x)); }
+__device__ __forceinline__ void ag_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
+"""
+
+CP_ASYNC = r"""
+// cp.async: 16 bytes global -> shared; bytes past src_bytes are zero-filled (0 reads nothing).
+__device__ __forceinline__ void ag_cp_async16(ag_u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void ag_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void ag_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+"""
+
+MMA_SYNC = r"""
+__device__ __forceinline__ void ag_ldmatrix_x4(ag_u32 (&r)[4], ag_u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ag_ldmatrix_x4_trans(ag_u32 (&r)[4], ag_u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ag_ldmatrix_x2(ag_u32 (&r)[2], ag_u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+__device__ __forceinline__ void ag_ldmatrix_x2_trans(ag_u32 (&r)[2], ag_u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+// d (16x8 f32) += a (16x16) @ b (16x8); fragments as in the PTX ISA (fragments.mma_m16n8k16_*).
+#define AG_MMA_M16N8K16(NAME, AB)                                                                          \
+  __device__ __forceinline__ void NAME(float* d, const ag_u32 (&a)[4], const ag_u32 (&b)[2]) {             \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." AB "." AB ".f32 "                                \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                          \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                          \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                      \
+  }
+AG_MMA_M16N8K16(ag_mma_m16n8k16_bf16, "bf16")
+AG_MMA_M16N8K16(ag_mma_m16n8k16_f16, "f16")
+"""
+
+WGMMA = r"""
+// wgmma shared-memory matrix descriptor: start, leading / stride byte offsets (>> 4), swizzle mode.
+__device__ __forceinline__ ag_u64 ag_wgmma_desc(ag_u32 addr, ag_u32 lbo, ag_u32 sbo, ag_u32 mode) {
+  return (ag_u64)((addr & 0x3FFFF) >> 4) | ((ag_u64)((lbo >> 4) & 0x3FFF) << 16)
+       | ((ag_u64)((sbo >> 4) & 0x3FFF) << 32) | ((ag_u64)mode << 62);
+}
+__device__ __forceinline__ void ag_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void ag_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void ag_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+// Keep the compiler from moving accumulator reads / writes across an asynchronous wgmma.
+__device__ __forceinline__ void ag_reg_fence(float& x) { asm volatile("" : "+f"(x) :: "memory"); }
+"""
+
+PROXY_FENCE = r"""
+// Writes through the generic proxy (st.shared, cp.async) made visible to the async proxy (wgmma, TMA).
+__device__ __forceinline__ void ag_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+"""
+
+MBARRIER = r"""
+__device__ __forceinline__ void ag_mbar_init(ag_u32 bar, ag_u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void ag_fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void ag_mbar_arrive(ag_u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+__device__ __forceinline__ void ag_mbar_expect_tx(ag_u32 bar, ag_u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+#ifndef AG_WATCHDOG_SPINS
+#define AG_WATCHDOG_SPINS (1u << 26)
+#endif
+// Wait until the phase with this parity has completed. A protocol bug traps instead of hanging.
+__device__ __forceinline__ void ag_mbar_wait(ag_u32 bar, ag_u32 parity) {
+  ag_u32 done, spins = 0;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    if (!done && ++spins > AG_WATCHDOG_SPINS) __trap();
+  } while (!done);
+}
+"""
+
+TMA = r"""
+// CUtensorMap is an opaque 128-byte, 64-byte-aligned struct, passed by value as a __grid_constant__.
+struct __align__(64) AgTmaMap { ag_u64 opaque[16]; };
+__device__ __forceinline__ void ag_tma_load_2d(ag_u32 dst, const AgTmaMap* map, ag_u32 bar, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+               :: "r"(dst), "l"((ag_u64)map), "r"(bar), "r"(c0), "r"(c1) : "memory");
+}
+"""
+
+SETMAXNREG = r"""
+template <int N> __device__ __forceinline__ void ag_setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
+}
+template <int N> __device__ __forceinline__ void ag_setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N));
+}
+"""
+
+GROUPS: tuple[tuple[str, str], ...] = (
+    ("cp.async", CP_ASYNC),
+    ("mma.sync", MMA_SYNC),
+    ("wgmma", WGMMA),
+    ("proxy-fence", PROXY_FENCE),
+    ("mbarrier", MBARRIER),
+    ("tma", TMA),
+    ("setmaxnreg", SETMAXNREG),
+)
+
+
+def wgmma_function(n: int, ab: str, trans_a: int, trans_b: int) -> tuple[str, str]:
+    """(name, definition) of one wgmma.m64nNk16 f32 += ab*ab with both operands from descriptors."""
+    name = f"ag_wgmma_m64n{n}k16_{ab}_t{trans_a}{trans_b}"
+    regs = n // 2
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    dlist = ", ".join(f"%{i}" for i in range(regs))
+    body = (
+        f"__device__ __forceinline__ void {name}(float* d, ag_u64 da, ag_u64 db) {{\n"
+        f'  asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
+        f'               " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} "\n'
+        f'               "{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1, {trans_a}, {trans_b};\\n}}\\n"\n'
+        f"               : {outs}\n"
+        f'               : "l"(da), "l"(db), "r"(1));\n'
+        "}\n"
+    )
+    return name, body
+
+
+def prelude(features: frozenset[str], extra: list[str], fp8: bool = False) -> str:
+    """Includes, the base helpers, each used feature group, then `extra` (e.g. wgmma shapes)."""
+    head = "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n" + ("#include <cuda_fp8.h>\n" if fp8 else "")
+    parts = [head, BASE]
+    parts += [text for key, text in GROUPS if key in features]
+    parts += extra
+    return "".join(parts)

@@ -1,0 +1,220 @@
+"""A built Argus kernel on a GPU: argument validation, padding, tensor maps, grid, launch.
+
+`GpuKernel(built)(A, B, C)` checks every argument against the kernel's declaration (dtype, shape with
+the symbolic dims bound consistently, C-contiguity, device), evaluates the launch grid from the dims,
+builds the CUtensorMaps that bulk copies need, sets the dynamic shared-memory size and launches on the
+arrays' current stream. `prepare` does all of that once and returns a `Launch` that only enqueues,
+for timing loops.
+
+Inputs read 16 bytes at a time (cp.async, TMA) need a row pitch that is a multiple of 16 bytes. When a
+tensor's is not (e.g. K = 2949 bf16 elements), `prepare` copies it into a buffer whose rows are padded
+to 16 bytes and passes that with its pitch; the kernel still sees the logical dims, so the padding is
+never read. The copy is part of the launch (and of its timing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from argus.codegen.compile import Built
+from argus.codegen.spec import GeneratedKernel
+from argus.interp.machine import grid_size
+from argus.ir import nodes as ir
+from argus.ir.transform import walk
+from argus.runtime import driver as drv
+from argus.runtime.arrays import (
+    ITEMSIZE,
+    ArgumentError,
+    ArrayInfo,
+    ShapeBindings,
+    array_info,
+    check_array,
+    module_root,
+)
+
+
+def bind_arguments(kernel: ir.Kernel, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Positional and keyword arguments by declared name (tensors first, then scalars)."""
+    names = [t.name for t in kernel.tensors] + [s.name for s in kernel.scalars]
+    if len(args) > len(names):
+        raise ArgumentError(f"kernel {kernel.name} takes {len(names)} arguments ({', '.join(names)}), "
+                            f"got {len(args)}")
+    bound = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names:
+            raise ArgumentError(f"kernel {kernel.name} has no argument '{k}' (it takes {', '.join(names)})")
+        if k in bound:
+            raise ArgumentError(f"argument {k} given twice")
+        bound[k] = v
+    missing = [t.name for t in kernel.tensors if t.name not in bound]
+    if missing:
+        raise ArgumentError(f"kernel {kernel.name}: missing array argument(s) {', '.join(missing)}")
+    for s in kernel.scalars:
+        if s.name not in bound:
+            if s.default is None:
+                raise ArgumentError(f"kernel {kernel.name}: missing scalar argument {s.name}")
+            bound[s.name] = s.default
+    return bound
+
+
+def validate(kernel: ir.Kernel, bound: dict[str, Any], device: int | None = None
+             ) -> tuple[dict[str, ArrayInfo], dict[str, int], int]:
+    """Check each array against its declaration; returns (infos, dims, device)."""
+    dims = ShapeBindings()
+    infos: dict[str, ArrayInfo] = {}
+    for t in kernel.tensors:
+        info = check_array(bound[t.name], name=t.name, dtype=t.dtype.name, shape=t.dims, dims=dims,
+                           contiguous=True, device=device)
+        if device is None:
+            device = info.device
+        infos[t.name] = info
+    for s in kernel.scalars:
+        v = bound[s.name]
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) if s.dtype.is_float else \
+            isinstance(v, (int, bool))
+        if not ok:
+            raise ArgumentError(f"argument {s.name}: expected a {s.dtype} scalar, got {v!r}")
+    for d, n in dims.items():
+        if n < 1:
+            raise ArgumentError(f"dimension {d} is {n} (from argument {dims.origin.get(d, '?')}); "
+                                "every dimension must be at least 1")
+    check_preconditions(kernel, dict(dims), {s.name: bound[s.name] for s in kernel.scalars})
+    return infos, dict(dims), device if device is not None else 0
+
+
+def check_preconditions(kernel: ir.Kernel, dims: dict[str, int], scalars: dict[str, Any]) -> None:
+    """Every `assume(cond)` of the kernel must hold for these dims (the verifier relied on it)."""
+    from argus.interp.machine import BlockMachine
+    from argus.ir.printer import expr as show
+
+    m = BlockMachine(kernel, {}, dims, scalars, (0, 0, 0), (1, 1, 1))
+    for st in walk(kernel.body):
+        if isinstance(st, ir.Assume) and not m.scalar(st.cond):
+            where = f" ({st.span.path}:{st.span.line})" if st.span else ""
+            values = ", ".join(f"{d}={v}" for d, v in dims.items())
+            raise ArgumentError(f"precondition assume({show(st.cond)}){where} does not hold for {values}")
+
+
+def _padded_copy(name: str, obj: Any, info: ArrayInfo) -> Any:
+    """A copy of `obj` whose last axis is padded to 16 bytes (same framework, same stream)."""
+    per = 16 // info.itemsize
+    cols = info.shape[-1]
+    padded = -(-cols // per) * per
+    shape = (*info.shape[:-1], padded)
+    root = module_root(obj)
+    if root == "torch":
+        import torch
+
+        out = torch.empty(shape, dtype=obj.dtype, device=obj.device)
+        out[..., :cols].copy_(obj)
+        return out
+    if root == "cupy":
+        import cupy
+
+        out = cupy.empty(shape, dtype=obj.dtype)
+        out[..., :cols] = obj
+        return out
+    raise ArgumentError(f"argument {name}: its rows are {cols * info.itemsize} bytes, and copying it to "
+                        "a 16-byte pitch needs a torch or cupy array; pass one with 16-byte aligned rows")
+
+
+def _needs_padding(info: ArrayInfo) -> bool:
+    pitch = info.strides[-2] * info.itemsize if len(info.shape) >= 2 else 0
+    return info.ptr % 16 != 0 or pitch % 16 != 0
+
+
+@dataclass
+class Launch:
+    """One prepared launch: `launch()` enqueues it (pads first, when an input needed padding)."""
+
+    kernel: drv.Kernel
+    grid: tuple[int, int, int]
+    block: int
+    smem: int
+    args: list[Any]
+    names: list[str]
+    stream: int
+    pre: list[Callable[[], None]] = field(default_factory=list)
+    keep: list[Any] = field(default_factory=list)  # arrays and tensor maps the arguments point into
+
+    def __call__(self) -> None:
+        for p in self.pre:
+            p()
+        self.kernel.launch(self.grid, self.block, self.args, smem=self.smem, stream=self.stream,
+                           arg_names=self.names)
+
+
+class GpuKernel:
+    """A Built kernel loaded on one device."""
+
+    def __init__(self, built: Built, device: int = 0) -> None:
+        self.built = built
+        self.device = device
+        self.module = drv.load_module(built.result, device=device)
+        self.fn = self.module.kernel(built.generated.name)
+
+    @property
+    def generated(self) -> GeneratedKernel:
+        return self.built.generated
+
+    @property
+    def ir(self) -> ir.Kernel:
+        return self.built.kernel
+
+    def prepare(self, *args: Any, stream: Any = None, **kwargs: Any) -> Launch:
+        k, gen = self.ir, self.generated
+        bound = bind_arguments(k, args, kwargs)
+        infos, dims, device = validate(k, bound, self.device)
+        arrays = {t.name: bound[t.name] for t in k.tensors}
+        pre: list[Callable[[], None]] = []
+        keep: list[Any] = list(arrays.values())
+        for name in gen.aligned_inputs:
+            info = infos[name]
+            if not _needs_padding(info):
+                continue
+            if name in k.outputs:
+                raise ArgumentError(f"argument {name}: the kernel reads it 16 bytes at a time and writes it, so "
+                                    "its rows must be 16-byte aligned (and its base address too)")
+            src = arrays[name]
+            padded = _padded_copy(name, src, info)
+            arrays[name] = padded
+            # the padded pitch and pointer, but the logical shape: TMA boxes and masks stop at the real edge
+            infos[name] = dataclasses.replace(array_info(padded, name=name), shape=info.shape)
+            keep.append(padded)
+            cols = info.shape[-1]
+            if module_root(src) == "torch":
+                pre.append(lambda d=padded, s=src, c=cols: d[..., :c].copy_(s))
+            else:
+                pre.append(lambda d=padded, s=src, c=cols: d[..., :c].__setitem__(Ellipsis, s))
+        tmaps = []
+        for spec in gen.tensor_maps:
+            info = infos[spec.tensor]
+            item = ITEMSIZE[info.dtype]
+            tm = drv.make_tensor_map_2d(info.ptr, info.dtype, info.shape, (info.strides[0] * item, item),
+                                        (spec.box_rows, spec.box_cols), spec.swizzle)
+            tmaps.append(tm)
+            keep.append(tm)
+        values: list[Any] = []
+        for p in gen.params:
+            if p.kind == "tensor":
+                values.append(infos[p.arg].ptr)
+            elif p.kind == "stride":
+                values.append(infos[p.arg].strides[p.axis])
+            elif p.kind == "dim":
+                values.append(dims[p.arg])
+            elif p.kind == "scalar":
+                s = next(x for x in k.scalars if x.name == p.arg)
+                values.append(float(bound[p.arg]) if s.dtype.is_float else int(bound[p.arg]))
+            else:
+                values.append(tmaps[p.tmap])
+        scalars = {s.name: bound[s.name] for s in k.scalars}
+        grid = grid_size(k, dims, scalars)
+        launch_stream = drv._stream_handle(stream, list(arrays.values()), device)
+        return Launch(self.fn, grid, gen.threads, gen.smem_bytes, values, [p.name for p in gen.params],
+                      launch_stream, pre, keep)
+
+    def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> None:
+        self.prepare(*args, stream=stream, **kwargs)()

@@ -1,0 +1,120 @@
+"""Candidates, edits and structural rewrites: every rewrite yields a program that builds and is correct."""
+
+from __future__ import annotations
+
+import pytest
+
+from argus.agent import rewrites
+from argus.agent.gate import build
+from argus.agent.program import Candidate, EditError, apply_edits, diff, parse_edit, parse_edits
+from argus.agent.rewrites import Env
+from argus.interp.run import run_interp
+from tests.agent.helpers import GEMM, NAIVE
+
+ENV = Env(path=str(GEMM))
+DIMS = ({"M": 72, "N": 40, "K": 56}, {"M": 130, "N": 70, "K": 33})
+
+
+def naive() -> Candidate:
+    return Candidate.make(GEMM.read_text(), dict(NAIVE))
+
+
+def correct(c: Candidate) -> bool:
+    k = build(c)
+    return all(run_interp(k, d, seed=1).ok for d in DIMS)
+
+
+def test_edits_are_validated_data():
+    assert parse_edit({"op": "set_param", "name": "BM", "value": 128}).value == 128
+    for bad in ({"op": "exec", "code": "import os"}, {"op": "set_param", "name": "1x", "value": 1},
+                {"op": "set_param", "name": "BM", "value": [1]}, {"op": "replace_text", "old": "", "new": "x"},
+                {"op": "rewrite", "name": "tile", "args": "BM=2"}, "BM=128"):
+        with pytest.raises(EditError):
+            parse_edit(bad)
+    assert len(parse_edits({"edits": [{"op": "set_param", "name": "BM", "value": 128}]})) == 1
+
+
+def test_set_param_and_keys():
+    c = naive()
+    d = apply_edits(c, parse_edits([{"op": "set_param", "name": "STAGES", "value": 3}]), ENV)
+    assert d.effective_params()["STAGES"] == 3 and d.key != c.key
+    with pytest.raises(EditError, match="no param NOPE"):
+        apply_edits(c, parse_edits([{"op": "set_param", "name": "NOPE", "value": 3}]), ENV)
+    with pytest.raises(EditError, match="already"):
+        apply_edits(c, parse_edits([{"op": "set_param", "name": "BM", "value": 64}]), ENV)
+    # The same program reached two ways has one key; overrides equal to defaults are dropped.
+    back = apply_edits(d, parse_edits([{"op": "set_param", "name": "STAGES", "value": 1}]), ENV)
+    assert back.key == c.key
+    assert Candidate.make(GEMM.read_text(), {"BM": 128}).params == ()
+    assert "param STAGES = 3" in d.materialise() and "STAGES: 1 -> 3" in diff(c, d)
+
+
+def test_replace_text_must_match_once():
+    c = naive()
+    with pytest.raises(EditError, match="occurs 0 times"):
+        apply_edits(c, parse_edits([{"op": "replace_text", "old": "no such text", "new": "x"}]), ENV)
+    d = apply_edits(c, parse_edits([{"op": "replace_text", "old": "threads=256", "new": "threads=128"}]), ENV)
+    assert "threads=128" in d.source and correct(d)
+
+
+@pytest.mark.parametrize("edits", [
+    [{"op": "rewrite", "name": "mma_instr", "args": {"instr": "wgmma"}}],
+    [{"op": "rewrite", "name": "stages", "args": {"delta": 2}}],
+    [{"op": "rewrite", "name": "swizzle", "args": {"bytes": 128}},
+     {"op": "rewrite", "name": "tile", "args": {"BK": 64}}],
+    [{"op": "rewrite", "name": "tile", "args": {"BM": "*2", "BN": "*2"}}],
+    [{"op": "rewrite", "name": "grouped_raster", "args": {"group_m": 2}}],
+    [{"op": "rewrite", "name": "persistent", "args": {"num_sms": 3}}],
+    [{"op": "rewrite", "name": "grouped_raster", "args": {"group_m": 2}},
+     {"op": "rewrite", "name": "persistent", "args": {"num_sms": 5}}],
+    [{"op": "rewrite", "name": "persistent", "args": {"num_sms": 5}},
+     {"op": "rewrite", "name": "grouped_raster", "args": {"group_m": 3}}],
+    [{"op": "rewrite", "name": "warp_specialise", "args": {"carry": []}}],
+    [{"op": "rewrite", "name": "warp_specialise", "args": {"carry": []}},
+     {"op": "rewrite", "name": "role_registers", "args": {"producer": 24, "consumer": 240}}],
+    [{"op": "rewrite", "name": "cluster", "args": {"shape": [2, 1]}}],
+], ids=lambda e: "+".join(x["name"] for x in e))
+def test_rewrites_give_correct_programs(edits):
+    d = apply_edits(naive(), parse_edits(edits), ENV)
+    assert correct(d), d.materialise()
+
+
+def test_persistent_rewrite_keeps_allocations_outside_and_barrier_inside():
+    d = apply_edits(naive(), parse_edits([{"op": "rewrite", "name": "persistent", "args": {}}]), ENV)
+    lines = d.source.splitlines()
+    loop = next(i for i, ln in enumerate(lines) if "persistent(" in ln)
+    assert all(i < loop for i, ln in enumerate(lines) if "shared(" in ln)
+    assert "barrier()" in lines[lines.index("reference:") - 1]
+    assert "min(NUM_SMS," in d.source
+
+
+@pytest.mark.parametrize("edits,why", [
+    ([{"op": "rewrite", "name": "split_k", "args": {"splits": 4}}], "cross-block reduction"),
+    ([{"op": "rewrite", "name": "role_registers", "args": {"consumer": 240}}], "no producer/consumer roles"),
+    ([{"op": "rewrite", "name": "mma_instr", "args": {"instr": "mma.sync"}}], "already"),
+    ([{"op": "rewrite", "name": "tile", "args": {"BM": 4096}}], "outside"),
+    ([{"op": "rewrite", "name": "no_such", "args": {}}], "unknown rewrite"),
+])
+def test_inapplicable_rewrites_say_why(edits, why):
+    with pytest.raises(EditError, match=why):
+        apply_edits(naive(), parse_edits(edits), ENV)
+
+
+def test_warp_specialise_template_discovery(tmp_path, monkeypatch):
+    src = GEMM.read_text()
+    c = Candidate.make(src, {})
+    edit = parse_edits([{"op": "rewrite", "name": "warp_specialise", "args": {"carry": []}}])
+    # No examples/ variant: the tuner's bundled template is used.
+    monkeypatch.setattr(rewrites, "REPO_EXAMPLES", tmp_path)
+    d = apply_edits(c, edit, Env(path=str(tmp_path / "gemm.arg")))
+    assert d.template and d.template.startswith(str(rewrites.TEMPLATE_DIR)) and "role(" in d.source
+    assert correct(d)
+    # A variant next to the kernel wins over the bundled one.
+    (tmp_path / "gemm_ws.arg").write_text(d.source.replace("param STAGES = 4", "param STAGES = 2"))
+    e = apply_edits(c, edit, Env(path=str(tmp_path / "gemm.arg")))
+    assert e.template == str(tmp_path / "gemm_ws.arg")
+    # Neither: not applicable, with the places searched.
+    monkeypatch.setattr(rewrites, "TEMPLATE_DIR", tmp_path / "none")
+    (tmp_path / "gemm_ws.arg").unlink()
+    with pytest.raises(EditError, match="no ws template"):
+        apply_edits(c, edit, Env(path=str(tmp_path / "gemm.arg")))

@@ -1,0 +1,81 @@
+"""The referee against deliberately cheating or broken candidates (CPU stand-ins for the GPU backend)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from argus.agent.backend import InterpBackend
+from argus.agent.isolate import run_isolated
+from argus.agent.program import Candidate
+from argus.agent.referee import Evaluation, Referee, RefereeConfig
+from tests.agent import helpers as h
+
+TARGETS = ({"M": 4096, "N": 4096, "K": 4096},)
+
+
+def referee(backend, timeout: float = 30.0, start: Candidate | None = None) -> Referee:
+    start = start or Candidate.make(h.GEMM.read_text(), dict(h.NAIVE))
+    return Referee(backend, start, RefereeConfig(h.CHECKS, TARGETS, hidden=2, timeout_s=timeout))
+
+
+def naive() -> Candidate:
+    return Candidate.make(h.GEMM.read_text(), dict(h.NAIVE))
+
+
+def test_honest_candidate_passes_with_estimates():
+    ev = referee(InterpBackend()).evaluate(naive(), seed=1)
+    assert ev.ok, ev.message
+    assert [c.hidden for c in ev.checks] == [False, False, True, True]
+    hidden = [c.dims for c in ev.checks if c.hidden]
+    assert all(d not in [dict(s) for s in h.CHECKS] for d in hidden)
+    (t,) = ev.timings
+    assert t.estimate and ev.estimate and t.median_s > t.floor_s and 50 < t.tflops < 989
+    again = Evaluation.from_json(ev.to_json())
+    assert again.timings[0].median_s == t.median_s and again.checks[0].dims == ev.checks[0].dims
+
+
+def test_hidden_shapes_change_with_the_seed():
+    r = referee(InterpBackend())
+    assert r.shapes_for(1) != r.shapes_for(2) and r.shapes_for(3) == r.shapes_for(3)
+
+
+@pytest.mark.parametrize("backend,status,words", [
+    (h.WrongBackend(), "wrong", "1 wrong"),
+    (h.UnwrittenBackend(), "wrong", "unwritten (still poison)"),
+    (h.TamperBackend(), "wrong", "wrong"),
+    (h.ShownShapesOnlyBackend(), "wrong", "an unseen irregular shape"),
+    (h.TooFastBackend(), "rejected", "below the speed-of-light floor"),
+    (h.NoCompileBackend(), "compile-error", "too many resources"),
+], ids=["wrong", "unwritten", "tamper-inputs", "only-shown-shapes", "impossible-time", "no-compile"])
+def test_cheating_and_broken_candidates_are_caught(backend, status, words):
+    ev = referee(backend).evaluate(naive(), seed=1)
+    assert ev.status == status and words in ev.message, ev.message
+    assert not ev.timings  # nothing wrong is ever timed into a reward
+
+
+def test_a_hanging_candidate_costs_one_timeout():
+    ev = referee(h.HangBackend(), timeout=2.0).evaluate(naive(), seed=1)
+    assert ev.status == "timeout" and "killed" in ev.message and ev.seconds < 10
+
+
+def test_a_faulting_candidate_does_not_take_the_tuner_down():
+    ev = referee(h.FaultBackend()).evaluate(naive(), seed=1)
+    assert ev.status == "fault" and "SIGABRT" in ev.message
+    assert referee(InterpBackend()).evaluate(naive(), seed=1).ok  # and the next one runs fine
+
+
+def test_a_wrong_dsl_program_leaves_poison_visible():
+    bad = Candidate.make(h.gemm_variant(("grid=(cdiv(M, BM), cdiv(N, BN))", "grid=(M // BM, cdiv(N, BN))")),
+                         dict(h.NAIVE))
+    ev = referee(InterpBackend()).evaluate(bad, seed=1)
+    assert ev.status == "wrong" and "unwritten" in ev.message
+
+
+def test_isolation_reports_errors_and_values():
+    assert run_isolated(pow, 2, 10, timeout_s=10).value == 1024
+    r = run_isolated(int, "x", timeout_s=10)
+    assert r.status == "error" and "ValueError" in r.error
+    r = run_isolated(os._exit, 3, timeout_s=10)
+    assert r.status == "fault" and r.exitcode == 3
