@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from argus.analysis.checks.common import Analysis, owner_of_accumulator
 from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
 from argus.analysis.solve import check_batch, counterexample, small_model
@@ -12,12 +14,14 @@ CODES = ["mma-contraction", "mma-accumulator", "store-coordinates", "accumulatio
          "async-read-before-wait", "oob-shared"]
 
 
-def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
+def run(a: Analysis) -> dict[str, tuple]:
+    """Per code: (status, findings, seconds)."""
     out: dict[str, tuple[str, list[Finding]]] = {}
     # Longer paths first: a counterexample a few steps into a loop shows its effect on the output
     # (a wrong rescale is invisible with a single kv block), which is what replay needs.
     order = sorted(zip(a.traces, a.contexts), key=lambda tc: -len(tc[0].records))
     for code in CODES:
+        t0 = time.perf_counter()
         status, findings, seen = VERIFIED, [], set()
         for trace, ctx in order:
             obs = [o for o in trace.obligations if o.check == code]
@@ -41,7 +45,7 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
                     status = UNKNOWN
                     findings.append(Finding(code, UNKNOWN, f"{CHECKS[code]}: the solver timed out", site,
                                             invariant=CHECKS[code]))
-        out[code] = (status, findings)
+        out[code] = (status, findings, time.perf_counter() - t0)
     return out
 
 
