@@ -856,8 +856,7 @@ class Executor:
         @_memo
         def fn(idx):
             # a field that differs along the reduced axis (the key position of a row max) is dropped;
-            # zero / -inf hold for the result only if they hold for the whole row (approximated by
-            # the first and a symbolic element)
+            # the result is treated as live data (a fully masked row is not tracked as -inf)
             k = z3.Int(f"red{id(fn)}")
             t0, tk = at(idx, 0), at(idx, k)
             keep = {f: v for f, v in t0.fields.items()
@@ -867,7 +866,6 @@ class Executor:
 
     def _v_Reshape(self, e: ir.Reshape):
         x = self.value(e.x)
-        keep = [d for d, n in enumerate(e.type.shape) if n != 1 or len(x.shape) == len(e.type.shape)]
         src_shape = x.shape
 
         def src(idx):
@@ -875,7 +873,6 @@ class Executor:
             while len(vals) < len(src_shape):
                 vals.append(0)
             return tuple(vals[: len(src_shape)])
-        del keep
         value = (lambda idx: x.value(src(idx))) if x.value is not None else None
         return SymTile(e.type.shape, lambda idx: x.tags(src(idx)), x.layout, x.history, value)
 

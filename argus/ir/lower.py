@@ -9,7 +9,7 @@ from __future__ import annotations
 from argus.dsl import ast
 from argus.dsl.check import Checked
 from argus.dsl.diagnostics import error
-from argus.dsl.types import BOOL, I32, DType, ElemT, ScalarT, TileT
+from argus.dsl.types import BOOL, I32, ElemT, ScalarT, TileT
 from argus.ir import nodes as ir
 
 _MATH = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "cdiv", "cast"}
@@ -328,6 +328,3 @@ def _const_default(a: ast.Arg):
         return -a.default.operand.value
     raise error("type", "a scalar argument's default must be a number", a.default.span)
 
-
-def dtype_of(t) -> DType:
-    return t.dtype
