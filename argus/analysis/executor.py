@@ -22,7 +22,7 @@ from argus.dsl.diagnostics import Span
 from argus.dsl.types import TileT
 from argus.ir import nodes as ir
 from argus.ir.threads import MULTI, copy_thread
-from argus.ir.transform import walk
+from argus.ir.transform import role_groups, walk
 
 MAX_PATHS = 96
 
@@ -295,18 +295,11 @@ class Executor:
         return self.ev().scalar(e)
 
     def exec_block(self, stmts) -> Iterator[None]:
-        i = 0
-        while i < len(stmts):
-            s = stmts[i]
-            if isinstance(s, ir.Role):
-                j = i
-                while j < len(stmts) and isinstance(stmts[j], ir.Role):
-                    j += 1
-                yield from self.exec_roles(stmts[i:j])
-                i = j
-                continue
-            yield from self.exec_stmt(s)
-            i += 1
+        for item in role_groups(stmts):
+            if isinstance(item, tuple):
+                yield from self.exec_roles(item)
+            else:
+                yield from self.exec_stmt(item)
 
     def exec_roles(self, roles) -> Iterator[None]:
         saved = self.agent

@@ -29,6 +29,7 @@ from argus.interp.numerics import round_to, storage_dtype
 from argus.ir import nodes as ir
 from argus.ir.smem_layout import offsets as smem_offsets
 from argus.ir.threads import MULTI, NONE, copy_thread
+from argus.ir.transform import role_groups
 
 
 class InterpError(ArgusError):
@@ -110,18 +111,11 @@ class BlockMachine:
 
     # ---- statements (generators: they yield when blocked on an mbarrier) ----
     def exec_block(self, stmts: tuple[ir.Stmt, ...]) -> Iterator[None]:
-        i = 0
-        while i < len(stmts):
-            s = stmts[i]
-            if isinstance(s, ir.Role):
-                j = i
-                while j < len(stmts) and isinstance(stmts[j], ir.Role):
-                    j += 1
-                yield from self.exec_roles(stmts[i:j])
-                i = j
-                continue
-            yield from self.exec_stmt(s)
-            i += 1
+        for item in role_groups(stmts):
+            if isinstance(item, tuple):
+                yield from self.exec_roles(item)
+            else:
+                yield from self.exec_stmt(item)
 
     def exec_roles(self, roles: tuple[ir.Role, ...]) -> Iterator[None]:
         """Run warp-specialised roles as coroutines; each yields when blocked on an mbarrier.

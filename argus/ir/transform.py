@@ -83,3 +83,19 @@ def fold_constants(node):
             return ir.Const(n.a.type, n.span, _FOLD[n.op](n.a.value, n.b.value))
         return None
     return rewrite(node, fn)
+
+
+def role_groups(stmts: tuple[ir.Stmt, ...]):
+    """Yield statements in order, with each run of consecutive `Role`s as one tuple: the roles of a
+    run execute concurrently (warp specialisation), everything else in program order."""
+    i = 0
+    while i < len(stmts):
+        if isinstance(stmts[i], ir.Role):
+            j = i
+            while j < len(stmts) and isinstance(stmts[j], ir.Role):
+                j += 1
+            yield tuple(stmts[i:j])
+            i = j
+        else:
+            yield stmts[i]
+            i += 1
