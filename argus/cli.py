@@ -196,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # output piped into `head` and the reader went away: not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as exc:  # a compiler bug: say so plainly, never dump a traceback on the user
         if os.environ.get("ARGUS_DEBUG"):
             raise
