@@ -191,8 +191,28 @@ def crd2idx(crd: Value | tuple, shape: IntTuple) -> Value:
 # --------------------------------------------------------------------------------------------
 
 
+class Tabulated:
+    """Table-based queries shared by every index -> offset map (Layout, ComposedLayout): they need
+    only ``size()`` and ``__call__`` on NumPy index arrays."""
+
+    def to_table(self, n: int | None = None) -> np.ndarray:
+        """Offsets of indices ``0..n-1`` (default: the whole domain) as an int64 array."""
+        n = self.size() if n is None else n
+        vals = self(np.arange(n, dtype=np.int64))
+        return np.broadcast_to(np.asarray(vals, dtype=np.int64), (n,)).copy()
+
+    def is_injective(self) -> bool:
+        table = self.to_table()
+        return len(np.unique(table)) == len(table)
+
+    def is_bijective_on(self, domain_size: int | None = None) -> bool:
+        """True iff ``i -> self(i)`` permutes ``[0, n)`` (``n`` defaults to ``size``)."""
+        n = self.size() if domain_size is None else domain_size
+        return bool(np.array_equal(np.sort(self.to_table(n)), np.arange(n)))
+
+
 @dataclass(frozen=True)
-class Layout:
+class Layout(Tabulated):
     """``shape:stride`` function from coordinates to offsets (stride defaults to column-major)."""
 
     shape: IntTuple
@@ -255,20 +275,6 @@ class Layout:
     def crd2idx(self, crd: Value | tuple) -> Value:
         return crd2idx(crd, self.shape)
 
-    def to_table(self, n: int | None = None) -> np.ndarray:
-        """Offsets of indices ``0..n-1`` (default: the whole domain) as an int64 array."""
-        n = self.size() if n is None else n
-        vals = self(np.arange(n, dtype=np.int64))
-        return np.broadcast_to(np.asarray(vals, dtype=np.int64), (n,)).copy()
-
-    def is_injective(self) -> bool:
-        table = self.to_table()
-        return len(np.unique(table)) == len(table)
-
-    def is_bijective_on(self, domain_size: int | None = None) -> bool:
-        """True iff ``i -> L(i)`` permutes ``[0, n)`` (``n`` defaults to ``size``)."""
-        n = self.size() if domain_size is None else domain_size
-        return bool(np.array_equal(np.sort(self.to_table(n)), np.arange(n)))
 
     # -- algebra as methods ------------------------------------------------------------------
     def coalesce(self) -> Layout:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from argus.ir.arith import Value, add, bit_field, mul, xor_bits
-from argus.ir.layout import IntTuple, Layout, Tiler, composition, local_tile
+from argus.ir.layout import IntTuple, Layout, Tabulated, Tiler, composition, local_tile
 
 __all__ = [
     "Swizzle",
@@ -94,7 +94,7 @@ class Swizzle:
 
 
 @dataclass(frozen=True)
-class ComposedLayout:
+class ComposedLayout(Tabulated):
     """``c -> swizzle(offset + layout(c))``: a swizzled layout (CuTe's ``Swizzle o offset o Layout``).
 
     ``offset`` is the pre-swizzle position of this (sub-)tile inside a pattern-aligned buffer; it
@@ -123,19 +123,6 @@ class ComposedLayout:
     def rank(self) -> int:
         return self.layout.rank()
 
-    def to_table(self, n: int | None = None) -> np.ndarray:
-        n = self.size() if n is None else n
-        vals = self(np.arange(n, dtype=np.int64))
-        return np.broadcast_to(np.asarray(vals, dtype=np.int64), (n,)).copy()
-
-    def is_injective(self) -> bool:
-        table = self.to_table()
-        return len(np.unique(table)) == len(table)
-
-    def is_bijective_on(self, domain_size: int | None = None) -> bool:
-        """True iff ``i -> self(i)`` permutes ``[0, n)`` (``n`` defaults to ``size``)."""
-        n = self.size() if domain_size is None else domain_size
-        return bool(np.array_equal(np.sort(self.to_table(n)), np.arange(n)))
 
     def compose(self, other: Tiler) -> ComposedLayout:
         """Re-index the logical side: ``swizzle(offset + (layout o other)(c))``."""
