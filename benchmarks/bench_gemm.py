@@ -25,6 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from results_md import update_section  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (4096, 14336, 4096), (128, 4096, 4096),
           (8205, 5921, 2949)]
@@ -274,7 +277,7 @@ def main() -> int:
     if args.md == "-":
         print(md)
     else:
-        Path(args.md).write_text(md)
+        update_section(Path(args.md), "gemm", md)
         print(md)
     return 0 if all(r["ok"] for r in res["rows"]) else 1
 

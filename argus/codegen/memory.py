@@ -9,7 +9,8 @@ reasons about, rendered as C by argus/codegen/cexpr.py.
 * copy_async: 16-byte cp.async chunks (zero-filled past the edges), chunk q -> row q / (cols / V),
   consecutive threads on consecutive chunks of a row (coalesced, and conflict-free under the swizzle);
 * copy_bulk: one thread issues TMA boxes of the swizzle width (`rows x W`), each landing in one
-  slab of the tile layout, completing on the given mbarrier;
+  slab of the tile layout, completing on the given mbarrier; the tile spans the tensor's two innermost
+  axes and indexes the leading ones (tensor maps of rank 2..5, box extent 1 on indexed axes);
 * register tiles are read and written per fragment slot, in runs of `TileMap.run` consecutive
   columns (one vector access when the row is aligned, elementwise at the edges).
 """
@@ -269,8 +270,10 @@ def copy_bulk(em: Emitter, s: ir.Copy) -> None:
     if buf.explicit is not None:
         raise unsupported("copy_bulk into a buffer with an explicit layout=", s.span,
                              "TMA writes the swizzle modes: declare the buffer with swizzle=")
-    if len(t.dims) != 2 or s.src.transposed or dst.transposed or src.row_axis != 0:
-        raise unsupported("copy_bulk from anything but a 2-D tile of a 2-D tensor", s.span)
+    rank = len(t.dims)
+    if rank > 5 or s.src.transposed or dst.transposed or src.row_axis != rank - 2 or src.col_axis != rank - 1:
+        raise unsupported("copy_bulk from anything but a 2-D tile of a tensor's two innermost axes", s.span,
+                          "index the leading axes (e.g. W[e, k * BK : +BK, n * BN : +BN]); TMA ranks are 2..5")
     if not isinstance(dst.r0, int) or not isinstance(dst.c0, int):
         raise unsupported("copy_bulk into a shared view with a run-time offset inside the tile", s.span)
     e = buf.elem_bytes
@@ -300,9 +303,10 @@ def copy_bulk(em: Emitter, s: ir.Copy) -> None:
     for j in range(dst.cols // width):
         for i in range(dst.rows // box_rows):
             addr = dst.addr(i * box_rows, j * width, swizzled=False)  # box starts are swizzle-atom aligned
-            col = src.index(1, j * width if j else 0)
-            row = src.index(0, i * box_rows if i else 0)
-            boxes.append(f"ag_tma_load_2d({addr}, &ag_tm{idx}, {bar}, {col}, {row});")
+            col = src.index(rank - 1, j * width if j else 0)
+            row = src.index(rank - 2, i * box_rows if i else 0)
+            lead = "".join(f", {src.starts[ax]}" for ax in reversed(range(rank - 2)))  # innermost first
+            boxes.append(f"ag_tma_load_{rank}d({addr}, &ag_tm{idx}, {bar}, {col}, {row}{lead});")
     if em.scope.single:
         for b in boxes:
             em.line(b)

@@ -497,12 +497,35 @@ def make_tensor_map_2d(
     l2_promotion: int = 128,
     oob_nan: bool = False,
 ) -> Any:
-    """A ``CUtensorMap`` for TMA tiled copies of a row-major 2D tensor, via ``cuTensorMapEncodeTiled``.
+    """A ``CUtensorMap`` for TMA tiled copies of a row-major 2D tensor (``make_tensor_map`` of rank 2).
 
     ``shape`` = (rows, cols) and ``strides_bytes`` = (row stride, element size) in numpy order; ``box``
     = (box rows, box cols) is the tile one copy moves. ``swizzle`` is 0/32/64/128 (bytes) or
     "none"/"32B"/"64B"/"128B". Out-of-bounds elements of a box read as zero (NaN with ``oob_nan``).
     Pass the result as a kernel argument for a ``const __grid_constant__ CUtensorMap`` parameter.
+    """
+    if len(shape) != 2 or len(strides_bytes) != 2 or len(box) != 2:
+        raise ArgumentError("tensor map: make_tensor_map_2d takes 2-D shape, strides and box")
+    return make_tensor_map(ptr, dtype, shape, strides_bytes, box, swizzle, l2_promotion=l2_promotion,
+                           oob_nan=oob_nan)
+
+
+def make_tensor_map(
+    ptr: Any,
+    dtype: str,
+    shape: Sequence[int],
+    strides_bytes: Sequence[int],
+    box: Sequence[int],
+    swizzle: int | str = 0,
+    *,
+    l2_promotion: int = 128,
+    oob_nan: bool = False,
+) -> Any:
+    """A ``CUtensorMap`` over a row-major tensor of rank 1..5 (numpy order: outermost axis first).
+
+    ``strides_bytes`` has one entry per axis, the last being the element size (the inner axis must be
+    contiguous); ``box`` is the tile one copy moves (1 along axes the copy indexes). Out-of-bounds
+    elements of a box read as zero (NaN with ``oob_nan``).
     """
     driver = _driver()
     if is_array(ptr):
@@ -517,24 +540,27 @@ def make_tensor_map_2d(
         swizzle = 0 if s in ("NONE", "0", "") else int(s)
     if swizzle not in _SWIZZLES:
         raise ArgumentError(f"tensor map: swizzle must be 0, 32, 64 or 128 bytes, got {swizzle}")
-    rows, cols = (int(v) for v in shape)
-    row_stride, col_stride = (int(v) for v in strides_bytes)
-    box_rows, box_cols = (int(v) for v in box)
+    shape, strides, box = [int(v) for v in shape], [int(v) for v in strides_bytes], [int(v) for v in box]
+    rank = len(shape)
     problems = []
+    if not 1 <= rank <= 5 or len(strides) != rank or len(box) != rank:
+        raise ArgumentError(f"tensor map: rank {rank} with {len(strides)} strides and a {len(box)}-D box "
+                            "(ranks 1..5, one stride and one box extent per axis)")
     if ptr % 16:
         problems.append(f"base address {ptr:#x} is not 16-byte aligned")
-    if rows < 1 or cols < 1 or rows > 1 << 32 or cols > 1 << 32:
+    if any(n < 1 or n > 1 << 32 for n in shape):
         problems.append(f"shape {tuple(shape)} must be within 1..2^32")
-    if col_stride != item:
-        problems.append(f"the inner dim must be contiguous (stride {item} B for {dt}), got {col_stride} B")
-    if row_stride % 16 or row_stride <= 0 or row_stride >= 1 << 40:
-        problems.append(f"row stride {row_stride} B must be a positive multiple of 16 below 2^40")
-    if not (1 <= box_rows <= 256 and 1 <= box_cols <= 256):
+    if strides[-1] != item:
+        problems.append(f"the inner dim must be contiguous (stride {item} B for {dt}), got {strides[-1]} B")
+    for st in strides[:-1]:
+        if st % 16 or st <= 0 or st >= 1 << 40:
+            problems.append(f"stride {st} B must be a positive multiple of 16 below 2^40")
+    if any(not 1 <= b <= 256 for b in box):
         problems.append(f"box {tuple(box)} must be within 1..256 per dim")
-    if (box_cols * item) % 16:
-        problems.append(f"box inner size {box_cols * item} B must be a multiple of 16 B")
-    if swizzle and box_cols * item > swizzle:
-        problems.append(f"box inner size {box_cols * item} B exceeds the {swizzle} B swizzle span")
+    if (box[-1] * item) % 16:
+        problems.append(f"box inner size {box[-1] * item} B must be a multiple of 16 B")
+    if swizzle and box[-1] * item > swizzle:
+        problems.append(f"box inner size {box[-1] * item} B exceeds the {swizzle} B swizzle span")
     if problems:
         raise ArgumentError("tensor map: " + "; ".join(problems))
 
@@ -545,19 +571,19 @@ def make_tensor_map_2d(
     return _check(
         driver.cuTensorMapEncodeTiled(
             getattr(driver.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_TMA_DTYPES[dt]}"),
-            2,
+            rank,
             ptr,
-            [u64(cols), u64(rows)],  # the driver wants the innermost dim first
-            [u64(row_stride)],  # strides of dims 1.. only: dim 0 is dense
-            [u32(box_cols), u32(box_rows)],
-            [u32(1), u32(1)],
+            [u64(n) for n in reversed(shape)],  # the driver wants the innermost dim first
+            [u64(st) for st in reversed(strides[:-1])],  # strides of dims 1.. only: dim 0 is dense
+            [u32(b) for b in reversed(box)],
+            [u32(1)] * rank,
             driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             getattr(driver.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{_SWIZZLES[swizzle]}"),
             getattr(driver.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{promo}"),
             getattr(driver.CUtensorMapFloatOOBfill, f"CU_TENSOR_MAP_FLOAT_OOB_FILL_{fill}"),
         ),
         "cuTensorMapEncodeTiled",
-        f"{dt}[{rows}, {cols}] row stride {row_stride} B, box {box_rows}x{box_cols}, swizzle {swizzle}",
+        f"{dt}{list(shape)} strides {strides} B, box {tuple(box)}, swizzle {swizzle}",
     )
 
 

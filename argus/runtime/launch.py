@@ -193,8 +193,10 @@ class GpuKernel:
         for spec in gen.tensor_maps:
             info = infos[spec.tensor]
             item = ITEMSIZE[info.dtype]
-            tm = drv.make_tensor_map_2d(info.ptr, info.dtype, info.shape, (info.strides[0] * item, item),
-                                        (spec.box_rows, spec.box_cols), spec.swizzle)
+            rank = len(info.shape)
+            box = (1,) * (rank - 2) + (spec.box_rows, spec.box_cols)  # leading axes are indexed
+            tm = drv.make_tensor_map(info.ptr, info.dtype, info.shape, [st * item for st in info.strides],
+                                     box, spec.swizzle)
             tmaps.append(tm)
             keep.append(tm)
         values: list[Any] = []
