@@ -128,17 +128,20 @@ __device__ __forceinline__ void ag_tma_load_2d(ag_u32 dst, const AgTmaMap* map, 
                :: "r"(dst), "l"((ag_u64)map), "r"(bar), "r"(c0), "r"(c1) : "memory");
 }
 __device__ __forceinline__ void ag_tma_load_3d(ag_u32 dst, const AgTmaMap* map, ag_u32 bar, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4, %5}], [%2];"
                :: "r"(dst), "l"((ag_u64)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
 }
 __device__ __forceinline__ void ag_tma_load_4d(ag_u32 dst, const AgTmaMap* map, ag_u32 bar, int c0, int c1, int c2,
                                                int c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];"
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4, %5, %6}], [%2];"
                :: "r"(dst), "l"((ag_u64)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
 }
 __device__ __forceinline__ void ag_tma_load_5d(ag_u32 dst, const AgTmaMap* map, ag_u32 bar, int c0, int c1, int c2,
                                                int c3, int c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
+  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
                :: "r"(dst), "l"((ag_u64)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
 }
 """
