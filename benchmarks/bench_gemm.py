@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from results_md import update_section  # noqa: E402
+from benchlib import checked_variants, write_markdown  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (4096, 14336, 4096), (128, 4096, 4096),
           (8205, 5921, 2949)]
@@ -251,34 +251,14 @@ def main() -> int:
     variants = [v for v in VARIANTS if v.key in keys]
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]
     if not args.no_child_check:  # all children at once: each is a few small launches
-        procs = {v.key: subprocess.Popen([sys.executable, __file__, "--child-check", v.key], stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, text=True) for v in variants}
-        kept = []
-        for v in variants:
-            try:
-                text, _ = procs[v.key].communicate(timeout=150)
-                print(text[-3000:], end="", flush=True)
-                ok = procs[v.key].returncode == 0
-            except subprocess.TimeoutExpired:
-                procs[v.key].kill()
-                print(f"[{v.key}] check timed out", flush=True)
-                ok = False
-            if ok:
-                kept.append(v)
-            else:
-                print(f"[{v.key}] excluded: it failed its correctness check", flush=True)
-        variants = kept
+        variants = checked_variants(__file__, variants, timeout=150)
     if not variants:
         return 1
     res = run(variants, shapes, args.iters)
     res["sass"] = sass_summary(variants)
     Path(args.json).write_text(json.dumps(res, indent=1))
     md = markdown(res, args.iters)
-    if args.md == "-":
-        print(md)
-    else:
-        update_section(Path(args.md), "gemm", md)
-        print(md)
+    write_markdown(args.md, "gemm", md)
     return 0 if all(r["ok"] for r in res["rows"]) else 1
 
 

@@ -108,14 +108,20 @@ def build(
     isolate: bool = False,
     options: tuple[str, ...] = (),
     defer_wgmma: bool | None = None,
+    blocks_per_sm: int | None = None,
 ) -> Built:
     """Generate CUDA for `kernel` and compile it; raises ArgusError (with `.arg` spans) on failure."""
-    gen = generate(kernel, path, defer_wgmma=defer_wgmma)
+    gen = generate(kernel, path, defer_wgmma=defer_wgmma, blocks_per_sm=blocks_per_sm)
     target = target_arch(arch)
     check_arch(kernel, gen, target)
     compile_fn = compile_cached if cache else compile_cuda
     try:
         result = compile_fn(gen.source, name=gen.name, arch=target, want=want, isolate=isolate, options=options)
     except CompileError as e:
+        if blocks_per_sm is None and "Insufficient registers" in (e.log or "") + e.message \
+                and "__launch_bounds__" in gen.source and f"({kernel.threads}, 2)" in gen.source:
+            # two blocks per SM capped registers below what an instruction needs: one block per SM
+            return build(kernel, arch=arch, want=want, path=path, cache=cache, isolate=isolate, options=options,
+                         defer_wgmma=defer_wgmma, blocks_per_sm=1)
         raise to_argus_error(e, kernel, gen) from None
     return Built(kernel, gen, dataclasses.replace(result, name=gen.name))

@@ -10,7 +10,12 @@ naming its `.arg` line, so compiler messages (and profilers) point at the source
 * scalar locals are hoisted to the top of their scope (the block, or a role), register tiles are
   per-thread arrays distributed by their RegLayout (argus/codegen/tiles.py);
 * consecutive roles become one if / else-if chain over warpgroups (what `setmaxnreg` needs); a
-  role that only issues bulk copies and mbarrier operations runs on its first thread.
+  role that only issues bulk copies and mbarrier operations runs on its first thread;
+* index tiles (layout "index") get no array: their definition is recorded with its scalar parts
+  copied into snapshot locals, and each read evaluates it (argus/codegen/exprs.py);
+* a deferred wgmma wait is emitted before the first statement that touches its accumulator (or
+  writes shared memory / synchronises): `wait_group N` leaves the N groups committed after it in
+  flight.
 
 Expressions live in argus/codegen/exprs.py, the shared-memory plan in smem.py, memory operations in
 memory.py, MMAs in mma.py.
@@ -42,6 +47,7 @@ from argus.dsl.types import ScalarT, TileT
 from argus.ir import nodes as ir
 from argus.ir.passes.layouts import blocked_reg_layout, shared_tile_layout
 from argus.ir.smem_layout import offsets as placement_offsets
+from argus.ir.transform import rewrite
 
 MAX_SMEM = 227 * 1024  # per block on sm_90 (232448 B opt-in)
 DEFER_ENV = "ARGUS_WGMMA_WAIT"  # "defer" or "eager": when the generated code waits for a wgmma group
@@ -105,14 +111,15 @@ def single_thread_role(role: ir.Role) -> bool:
 
 class Emitter(Expressions):
     def __init__(self, kernel: ir.Kernel, path: str | None = None, sm: int = 90, *,
-                 defer_wgmma: bool | None = None) -> None:
+                 defer_wgmma: bool | None = None, blocks_per_sm: int | None = None) -> None:
         self.k = kernel
+        self.blocks_per_sm = blocks_per_sm
         if defer_wgmma is None:
             defer_wgmma = os.environ.get(DEFER_ENV, DEFER_DEFAULT) == "defer"
         # Wait for a wgmma group lazily: only before the next statement that could touch the
         # accumulator or shared memory (argus/codegen/mma.py); acc name -> registers to fence.
         self.defer_wgmma = defer_wgmma
-        self.pending: dict[str, int] = {}
+        self.pending: dict[str, int] = {}  # in commit order: waiting for one waits for those before it
         self.path = path or kernel.path
         self.sm = sm
         self.lines: list[str] = []
@@ -134,6 +141,12 @@ class Emitter(Expressions):
         self.nonneg = self._nonneg_names()
         self.scope = Scope(kernel.threads, "ag_tid", 0)
         self.role_index = 0
+        self.red_layout: dict[int, ir.RegLayout] = {}  # id(Reduce) -> layout of its temporary
+        # index tiles (layout "index": arange arithmetic, never stored): the definition in force, with
+        # its scalar parts read from snapshots taken at the definition (argus/codegen/exprs.py)
+        self.index_def: dict[str, ir.Expr] = {}
+        self.index_ambiguous: set[str] = set()  # defined on some paths only (after an if / a loop)
+        self.index_plan: dict[int, tuple[ir.Expr, list[tuple[str, ir.Expr]]]] = {}
 
     # ---- names ------------------------------------------------------------------------------------
     def _plan_params(self) -> None:
@@ -282,6 +295,8 @@ class Emitter(Expressions):
         the other's MMAs (it caps registers at 32768 / threads)."""
         if any(isinstance(s, ir.Role) for s in self.k.body):
             return ", 1"
+        if self.blocks_per_sm is not None:
+            return f", {self.blocks_per_sm}"
         if 2 * smem <= MAX_SMEM + SMEM_ALIGN and self.k.threads <= 512:
             return ", 2"
         return ""
@@ -327,18 +342,42 @@ class Emitter(Expressions):
         self.flush_wgmma()
         self.scope = prev
 
-    def flush_wgmma(self) -> None:
-        """Wait for the outstanding wgmma group (if any may be in flight)."""
+    def flush_wgmma(self, names: set[str] | None = None) -> None:
+        """Wait for the outstanding wgmma groups writing `names` (all when None), and those before them:
+        wait_group N leaves the N newest groups in flight."""
         if not self.pending:
             return
-        self.line("ag_wgmma_wait<0>();  // the deferred wait of the mma before")
-        for name, n in self.pending.items():
+        order = list(self.pending)
+        need = [k for k, n in enumerate(order) if names is None or n in names]
+        if not need:
+            return
+        last = need[-1]
+        keep = len(order) - 1 - last
+        what = "mma before" if keep == 0 else f"mma before ({keep} newer group(s) stay in flight)"
+        self.line(f"ag_wgmma_wait<{keep}>();  // the deferred wait of the {what}")
+        for name in order[:last + 1]:
             self.line("#pragma unroll")
-            self.line(f"for (int ag_i = 0; ag_i < {n}; ++ag_i) ag_reg_fence({name}[ag_i]);")
-        self.pending = {}
+            self.line(f"for (int ag_i = 0; ag_i < {self.pending.pop(name)}; ++ag_i) ag_reg_fence({name}[ag_i]);")
 
-    def _wgmma_safe(self, s: ir.Stmt) -> bool:
-        return isinstance(s, _WGMMA_SAFE) or (isinstance(s, ir.Let) and isinstance(s.value.type, ScalarT))
+    def _wgmma_needs(self, s: ir.Stmt) -> set[str] | None:
+        """Pending accumulators statement `s` touches (None: it must wait for every wgmma, e.g. it
+        writes shared memory a wgmma may be reading, or synchronises with threads that do)."""
+        if isinstance(s, _WGMMA_SAFE) or (isinstance(s, ir.Let) and isinstance(s.value.type, ScalarT)):
+            return set()
+        if isinstance(s, ir.Let) and isinstance(s.value.type, TileT):
+            names = {x.name for x in sub_exprs(s.value) if isinstance(x, ir.Var)} | {s.name}
+            return {self.local(n) for n in names} & set(self.pending)
+        if isinstance(s, ir.If):  # a scalar condition: what its branches touch
+            need: set[str] = set()
+            for x in (*s.then, *s.orelse):
+                n = self._wgmma_needs(x)
+                if n is None:
+                    return None
+                need |= n
+            return need
+        if isinstance(s, ir.Store) and isinstance(s.dst, ir.Ref) and s.dst.space == "global":
+            return {self.local(x.name) for x in sub_exprs(s.value) if isinstance(x, ir.Var)} & set(self.pending)
+        return None
 
     def declare(self, body) -> None:
         types: dict[str, tuple[str, int | None]] = {}
@@ -346,6 +385,11 @@ class Emitter(Expressions):
             if not isinstance(s, ir.Let):
                 continue
             t = s.value.type
+            if isinstance(t, TileT) and s.layout is not None and s.layout.kind == "index":
+                self.scope.layouts[s.name] = s.layout
+                for snap, sub in self._plan_index(s):
+                    types[snap] = (compute_type(sub.type.dtype), None)
+                continue
             if isinstance(t, TileT):
                 if s.layout is None:
                     raise unsupported(f"register tile '{s.name}' here: it would need two different layouts",
@@ -433,8 +477,10 @@ class Emitter(Expressions):
     # ---- statements -------------------------------------------------------------------------------
     def stmt(self, s: ir.Stmt) -> None:
         self.at(s.span)
-        if self.pending and not self._wgmma_safe(s):
-            self.flush_wgmma()
+        if self.pending:
+            need = self._wgmma_needs(s)
+            if need is None or need:
+                self.flush_wgmma(need)
         if isinstance(s, ir.Let):
             self.let(s)
         elif isinstance(s, ir.AllocShared):
@@ -466,27 +512,67 @@ class Emitter(Expressions):
         elif isinstance(s, ir.For):
             self.for_loop(s)
         elif isinstance(s, ir.If):
-            entry = dict(self.pending)
+            entry, defs = dict(self.pending), dict(self.index_def)
             self.open(f"if ({self.sx(s.cond)})")
             self.stmts(s.then)
             after_then, self.pending = self.pending, dict(entry)
+            then_defs, self.index_def = self.index_def, dict(defs)
             if s.orelse:
                 self.depth -= 1
                 self.open("} else")
                 self.stmts(s.orelse)
             self.close()
             self.pending = {**self.pending, **after_then}
+            if isinstance(s.cond, ir.Const):  # a compile-time branch: its index tiles are the ones in force
+                self.index_def = then_defs if s.cond.value else self.index_def
+            else:
+                self._index_defs_merge(then_defs)
         elif isinstance(s, ir.AssertTag):
             self.line("// assert_tag: a data-flow invariant, proved by argus check (no run-time code)")
         elif isinstance(s, ir.Assume):
-            self.line("// assume: a precondition, checked by the runtime before the launch")
-            self.line(f"__builtin_assume({self.sx(s.cond)});")
+            if getattr(s, "over", None) is not None or any(isinstance(x, (ir.Load, ir.Lambda))
+                                                           for x in sub_exprs(s.cond)):
+                # a contract on tensor contents (routing metadata): the interpreter checks it, the
+                # verifier assumes it; the GPU code neither checks it nor reads memory for it
+                self.line("// assume (on tensor contents): checked by the interpreter, not on the GPU")
+            else:
+                self.line("// assume: a precondition, checked by the runtime before the launch")
+                self.line(f"__builtin_assume({self.sx(s.cond)});")
         elif isinstance(s, ir.Role):
             self.roles((s,))
         else:
             raise unsupported(type(s).__name__, s.span)
 
+    def _check_index_order(self, s: ir.For) -> None:
+        """An index tile is inlined where read, with the definition emitted last: in a loop that
+        redefines it, every read must follow the redefinition (else it would see the previous trip's)."""
+        defined = {x.name for x in walk_stmts(s.body) if isinstance(x, ir.Let) and x.layout is not None
+                   and x.layout.kind == "index"}
+        seen: set[str] = set()
+        for x in walk_stmts(s.body):
+            if isinstance(x, ir.AssertTag):
+                continue
+            for e in _stmt_exprs(x):
+                if isinstance(e, ir.Var) and e.name in defined and e.name not in seen:
+                    raise unsupported(f"index tile '{e.name}' read in a loop before the loop redefines it", x.span)
+            if isinstance(x, ir.Let) and x.name in defined:
+                seen.add(x.name)
+
+    def _index_defs_merge(self, other: dict[str, ir.Expr]) -> None:
+        """After a branch or a loop: an index tile whose definition in force depends on the path
+        taken (or the trip count) cannot be inlined; reading it is refused."""
+        for name in set(other) | set(self.index_def):
+            if other.get(name) is not self.index_def.get(name):
+                self.index_def.pop(name, None)
+                self.index_ambiguous.add(name)
+
     def for_loop(self, s: ir.For) -> None:
+        self._check_index_order(s)
+        defs = dict(self.index_def)
+        self._for_loop(s)
+        self._index_defs_merge(defs)
+
+    def _for_loop(self, s: ir.For) -> None:
         v = self.local(s.var)
         if isinstance(s.step, ir.Const) and isinstance(s.step.value, int) and s.step.value != 0:
             step = s.step.value
@@ -567,9 +653,56 @@ class Emitter(Expressions):
             self.barrier()
             self.line(f"if ({self.scope.tid} == 0) ag_mbar_arrive({bar});")
 
+    def _plan_index(self, s: ir.Let) -> list[tuple[str, ir.Expr]]:
+        """An index tile's definition with each scalar part replaced by a snapshot local (so a later
+        read sees the values of the definition's time); returns the snapshots (name, scalar part)."""
+        snaps: list[tuple[str, ir.Expr]] = []
+
+        def cut(e):
+            if not isinstance(e, ir.Expr):
+                return e
+            if not isinstance(e.type, TileT):
+                if isinstance(e, ir.Const):
+                    return e
+                name = self.tmp("ix")
+                self.cname[name] = name
+                snaps.append((name, e))
+                return ir.Var(e.type, e.span, name)
+            changes = {}
+            for f in dataclasses.fields(e):
+                if f.name in ("span", "type"):
+                    continue
+                v = getattr(e, f.name)
+                nv = tuple(cut(x) for x in v) if isinstance(v, tuple) else cut(v)
+                if nv is not v:
+                    changes[f.name] = nv
+            return dataclasses.replace(e, **changes) if changes else e
+
+        self.index_plan[id(s)] = (cut(_gather_scalar_terms(s.value)), snaps)
+        return snaps
+
+    def _index_let(self, s: ir.Let) -> None:
+        expr, snaps = self.index_plan[id(s)]
+        self.line(f"// index tile {s.name}: evaluated where it is read, from (thread, slot) coordinates")
+        for name, sub in snaps:
+            self.line(f"{name} = {self.sx(sub)};")
+
+        def resolve(e):  # earlier index tiles, as defined now
+            if isinstance(e, ir.Var) and isinstance(e.type, TileT):
+                lay = self.scope.layout(e.name)
+                if lay is None or lay.kind != "index" or e.name not in self.index_def:
+                    raise unsupported(f"index tile '{s.name}' reading '{e.name}'", s.span)
+                return self.index_def[e.name]
+            return None
+        self.index_def[s.name] = rewrite(expr, resolve)
+        self.index_ambiguous.discard(s.name)
+
     def let(self, s: ir.Let) -> None:
         t = s.value.type
         name = self.local(s.name)
+        if isinstance(t, TileT) and s.layout is not None and s.layout.kind == "index":
+            self._index_let(s)
+            return
         if isinstance(t, TileT):
             self.tile_assign(name, s.value, s.layout, s.span)
             return
@@ -606,6 +739,35 @@ class Emitter(Expressions):
         self.line(f"for (int ag_i = 0; ag_i < {tm.slots}; ++ag_i) "
                   f"{name}[ag_i] = {from_compute(dt, self.ex(value, 'ag_i', tm, loads, top=True))};")
 
+def _gather_scalar_terms(e: ir.Expr) -> ir.Expr:
+    """An integer sum of tiles and scalars with its scalar terms added first (one snapshot, one
+    register): qb * BQ + arange(BQ) + (SKV - SQ) -> arange(BQ) + (qb * BQ + (SKV - SQ))."""
+    while isinstance(e, ir.Tag):
+        e = e.x
+    if not (isinstance(e, ir.Bin) and e.op == "+" and not e.type.dtype.is_float):
+        return e
+    terms: list[ir.Expr] = []
+
+    def flat(x: ir.Expr) -> None:
+        if isinstance(x, ir.Bin) and x.op == "+" and isinstance(x.type, TileT) and not x.type.dtype.is_float:
+            flat(x.a)
+            flat(x.b)
+        else:
+            terms.append(x)
+    flat(e)
+    scal = [t for t in terms if not isinstance(t.type, TileT)]
+    tiles = [t for t in terms if isinstance(t.type, TileT)]
+    if len(scal) < 2:
+        return e
+    acc_s = scal[0]
+    for t in scal[1:]:
+        acc_s = ir.Bin(acc_s.type, e.span, "+", acc_s, t)
+    out = tiles[0]
+    for t in [*tiles[1:], acc_s]:
+        out = ir.Bin(e.type, e.span, "+", out, t)
+    return out
+
+
 def _stmt_exprs(s: ir.Stmt):
     for f in s.__dataclass_fields__:
         if f in ("span", "body", "then", "orelse"):
@@ -614,9 +776,12 @@ def _stmt_exprs(s: ir.Stmt):
         yield from sub_exprs(v)
 
 
-def generate(kernel: ir.Kernel, path: str | None = None, *, defer_wgmma: bool | None = None) -> GeneratedKernel:
+def generate(kernel: ir.Kernel, path: str | None = None, *, defer_wgmma: bool | None = None,
+             blocks_per_sm: int | None = None) -> GeneratedKernel:
     """CUDA C++ for a lowered kernel (after the pass pipeline); raises ArgusError on what it cannot emit.
 
     defer_wgmma: wait for each wgmma group only when the next statement needs it, so that it overlaps
-    the following cp.async wait (default: $ARGUS_WGMMA_WAIT, else DEFER_DEFAULT)."""
-    return Emitter(kernel, path, defer_wgmma=defer_wgmma).generate()
+    the following cp.async wait (default: $ARGUS_WGMMA_WAIT, else DEFER_DEFAULT). blocks_per_sm: the
+    minimum blocks per multiprocessor promised in __launch_bounds__ (caps registers at
+    65536 / (threads x blocks)); None: two when their shared memory fits (one with roles)."""
+    return Emitter(kernel, path, defer_wgmma=defer_wgmma, blocks_per_sm=blocks_per_sm).generate()

@@ -4,16 +4,28 @@ Integer `//` and `%` keep Python's floor semantics (ag_floordiv / ag_floormod) u
 are provably non-negative, when C's truncating operators agree and are cheaper. Narrow floats (bf16,
 f16, fp8) are computed in float and rounded after every operation, as the interpreter rounds them.
 `Expressions` is mixed into the Emitter (argus/codegen/emit.py), whose scope and names it reads.
+
+Beyond elementwise arithmetic on tiles of one layout:
+
+* index tiles (layout "index": arange arithmetic) are never stored; a read evaluates the definition
+  in force (scalar parts snapshotted when it ran) with `arange` = the column of the slot being
+  computed, or, under `x[:, None]`, its row: `kpos[None, :] < SKV` costs an add and a compare;
+* `x[:, None]` of a row vector (layout "rows") read by slot i of an mma-fragment tile is the row
+  vector's slot `slot_map(i)` (fragments.slice_fragment), a constant once the slot loop unrolls;
+* `op(x, axis=1)` of an mma-fragment tile (`reduce_rows`) goes to a temporary in the rows layout:
+  each thread folds its slots into its rows, then `__shfl_xor_sync` over the lanes sharing a row.
 """
 
 from __future__ import annotations
 
 from argus.codegen import memory
-from argus.codegen.cexpr import compute_type, ctype, from_compute, is_narrow_float, literal, to_compute
+from argus.codegen.cexpr import compute_type, ctype, from_compute, is_narrow_float, literal, render_layout, to_compute
 from argus.codegen.errors import unsupported
 from argus.codegen.tiles import TileMap
 from argus.dsl.types import ScalarT, TileT
 from argus.ir import nodes as ir
+from argus.ir.passes.layouts import _tile_vars as layout_tile_vars
+from argus.ir.passes.layouts import rows_reg_layout, rows_slice
 
 
 def sub_exprs(e):
@@ -26,6 +38,30 @@ def sub_exprs(e):
             v = getattr(e, f)
             for x in v if isinstance(v, tuple) else (v,):
                 yield from sub_exprs(x)
+
+
+def _tile_vars(e, out: set[str]) -> set[str]:
+    return layout_tile_vars(e, out)
+
+
+def _elementwise_loads(e):
+    """Loads read element for element by `e` (not under a reduction, broadcast or mma operand)."""
+    if isinstance(e, ir.Load):
+        yield e
+    elif isinstance(e, (ir.Reduce, ir.Reshape, ir.Mma)):
+        inner = e.acc if isinstance(e, ir.Mma) else None
+        if inner is not None:
+            yield from _elementwise_loads(inner)
+        if any(isinstance(x, ir.Load) for x in sub_exprs(e.x if not isinstance(e, ir.Mma) else e.acc)):
+            raise unsupported("a load inside a reduction or broadcast", e.span, "load the tile into a variable first")
+    elif isinstance(e, ir.Expr):
+        for f in e.__dataclass_fields__:
+            if f in ("span", "type"):
+                continue
+            v = getattr(e, f)
+            for x in v if isinstance(v, tuple) else (v,):
+                if isinstance(x, ir.Expr):
+                    yield from _elementwise_loads(x)
 
 
 def walk_stmts(body):
@@ -98,21 +134,84 @@ class Expressions:
 
 
     def preload(self, e: ir.Expr, tm: TileMap) -> dict[int, str]:
-        """Emit nested loads of `e` into temporaries; returns id(Load) -> temporary."""
+        """Emit what the slot loop of `e` reads from temporaries: its loads (in `tm`), then its row
+        reductions (innermost first); returns id(node) -> temporary."""
         out: dict[int, str] = {}
-        for x in sub_exprs(e):
-            if isinstance(x, ir.Load) and id(x) not in out:
+        for x in _elementwise_loads(e):
+            if id(x) not in out:
                 t = self.tmp("ld")
                 self.line(f"{ctype(x.type.dtype)} {t}[{tm.slots}];")
                 memory.load_into(self, t, x, tm)
                 out[id(x)] = t
+        for x in reversed(list(sub_exprs(e))):
+            if isinstance(x, ir.Reduce) and id(x) not in out:
+                out[id(x)] = self.reduce_rows(x, out)
         return out
 
-    def ex(self, e: ir.Expr, i: str, tm: TileMap, loads: dict[int, str], top: bool = False) -> str:
-        """Element `i` of tile expression `e` (in its compute type), or a scalar broadcast."""
+    def expr_layout(self, e: ir.Expr) -> ir.RegLayout:
+        """The register layout of the tiles an elementwise expression reads (they share one)."""
+        lays = {self.scope.layout(n) for n in _tile_vars(e, set())}
+        lays.discard(None)
+        lays = {lay for lay in lays if lay.kind != "index"}
+        if len(lays) != 1:
+            raise unsupported("this expression: it reads register tiles of " +
+                              ("no" if not lays else "several different") + " layouts", e.span)
+        return lays.pop()
+
+    def reduce_rows(self, r: ir.Reduce, temps: dict[int, str]) -> str:
+        """`op(x, axis=1)` of an mma-fragment tile into a row-slice temporary: each thread reduces its
+        own slots of each of its rows, then combines with the lanes sharing the row (shfl.xor)."""
+        if len(r.x.type.shape) != 2 or r.axis != 1:
+            raise unsupported("a reduction of a register tile other than along the rows of a 2-D tile", r.span)
+        src = self.expr_layout(r.x)
+        try:
+            sl = rows_slice(src)
+        except ValueError as exc:
+            raise unsupported(f"this row reduction: {exc}", r.span) from None
+        rows = rows_reg_layout(src)
+        if rows is None:
+            raise unsupported("this row reduction: the rows are spread over several warps", r.span)
+        stm = self.tilemap(src)
+        dt = r.type.dtype
+        ct = compute_type(dt)
+        ident = {"sum": literal(0, dt), "max": literal(float("-inf") if dt.is_float else -(2**31), dt),
+                 "min": literal(float("inf") if dt.is_float else 2**31 - 1, dt)}[r.op]
+
+        def combine(a: str, b: str) -> str:
+            return f"{a} + {b}" if r.op == "sum" else self.math(r.op, [a, b], dt, nonneg=False)
+
+        t = self.tmp("red")
+        n = sl.fragment.slots
+        self.line(f"// {r.op}(axis=1): {stm.slots} slots per thread onto {n} rows, then lanes "
+                  f"{'^'.join(map(str, sl.lanes)) or '(none)'}")
+        self.line(f"{ct} {t}[{n}];")
+        self.line("#pragma unroll")
+        self.line(f"for (int ag_r = 0; ag_r < {n}; ++ag_r) {t}[ag_r] = {ident};")
+        self.line("#pragma unroll")
+        self.open(f"for (int ag_s = 0; ag_s < {stm.slots}; ++ag_s)")
+        slot = render_layout(sl.slot_map, "ag_s")
+        self.line(f"{t}[{slot}] = {combine(f'{t}[{slot}]', self.ex(r.x, 'ag_s', stm, temps))};")
+        self.close()
+        if sl.lanes:
+            self.line("#pragma unroll")
+            self.open(f"for (int ag_r = 0; ag_r < {n}; ++ag_r)")
+            for m in sl.lanes:
+                self.line(f"{t}[ag_r] = {combine(f'{t}[ag_r]', f'__shfl_xor_sync(0xffffffffu, {t}[ag_r], {m})')};")
+            self.close()
+        self.red_layout[id(r)] = rows
+        return t
+
+    def ex(self, e: ir.Expr, i: str | int, tm: TileMap, loads: dict[int, str], top: bool = False,
+           pos: str | int | None = None) -> str:
+        """Element `i` of tile expression `e` (in its compute type), or a scalar broadcast.
+
+        `pos`: inside a column broadcast (x[None, :]) of a 1-D index tile, the column being read."""
         if not isinstance(e.type, TileT):
             return self.sx(e)
         dt = e.type.dtype
+
+        def go(x: ir.Expr) -> str:
+            return self.ex(x, i, tm, loads, pos=pos)
 
         def rounded(x: str) -> str:
             if top or not is_narrow_float(dt):
@@ -121,9 +220,17 @@ class Expressions:
 
         if isinstance(e, ir.Var):
             lay = self.scope.layout(e.name)
+            if lay is not None and lay.kind == "index":
+                d = self.index_def.get(e.name)
+                if d is None and e.name in self.index_ambiguous:
+                    raise unsupported(f"index tile '{e.name}' here: which definition is in force depends on a "
+                                      "branch or a loop's trip count", e.span, "define it where it is read")
+                if d is None:
+                    raise unsupported(f"index tile '{e.name}' here (read before its definition)", e.span)
+                return self.ex(d, i, tm, loads, top, pos)
             if lay is None:
                 raise unsupported(f"register tile '{e.name}' here (no layout)", e.span)
-            if lay != tm.layout:
+            if lay != tm.layout or pos is not None:
                 raise unsupported(f"register tile '{e.name}' in a value with another layout", e.span,
                                   "converting between register layouts goes through shared memory: copy it there")
             return to_compute(dt, f"{self.local(e.name)}[{i}]")
@@ -134,22 +241,28 @@ class Expressions:
                 return literal(e.value.value, dt) if not is_narrow_float(dt) else f"{float(e.value.value)!r}f"
             return f"(({compute_type(dt)})({self.sx(e.value)}))"
         if isinstance(e, ir.Arange):
-            return f"({tm.col(i)})"
+            return f"({pos if pos is not None else tm.col(i)})"
         if isinstance(e, ir.Tag):
-            return self.ex(e.x, i, tm, loads, top)
+            return self.ex(e.x, i, tm, loads, top, pos)
+        if isinstance(e, ir.Reshape):
+            return self.broadcast(e, i, tm, loads, pos)
+        if isinstance(e, ir.Reduce):
+            if id(e) not in loads or self.red_layout.get(id(e)) != tm.layout:
+                raise unsupported("a row reduction used where its rows are not this thread's", e.span)
+            return f"{loads[id(e)]}[{i}]"
         if isinstance(e, ir.Bin):
-            a, b = self.ex(e.a, i, tm, loads), self.ex(e.b, i, tm, loads)
+            a, b = go(e.a), go(e.b)
             return rounded(self.binop(e.op, a, b, dt, nonneg=False))
         if isinstance(e, ir.Un):
-            return rounded(self.unop(e.op, self.ex(e.a, i, tm, loads)))
+            return rounded(self.unop(e.op, go(e.a)))
         if isinstance(e, ir.Cmp):
             op = {"and": "&&", "or": "||"}.get(e.op, e.op)
-            return f"({self.ex(e.a, i, tm, loads)} {op} {self.ex(e.b, i, tm, loads)})"
+            return f"({go(e.a)} {op} {go(e.b)})"
         if isinstance(e, ir.Select):
-            c, a, b = (self.ex(x, i, tm, loads) for x in (e.cond, e.a, e.b))
+            c, a, b = (go(x) for x in (e.cond, e.a, e.b))
             return f"({c} ? {a} : {b})"
         if isinstance(e, ir.Math):
-            args = [self.ex(a, i, tm, loads) for a in e.args]
+            args = [go(a) for a in e.args]
             if e.fn == "cast":
                 src = e.args[0].type.dtype
                 if dt.is_float or src.is_float:
@@ -157,6 +270,22 @@ class Expressions:
                 return f"(({compute_type(dt)})({args[0]}))"
             return rounded(self.math(e.fn, args, dt, nonneg=False))
         raise unsupported(f"{type(e).__name__.lower()} on register tiles", e.span)
+
+    def broadcast(self, e: ir.Reshape, i: str | int, tm: TileMap, loads: dict[int, str], pos) -> str:
+        """x[:, None] read by slot i of a 2-D tile: the row vector's value for the slot's row, from the
+        row slice of the tile's fragment (slot map of fragments.slice_fragment); x[None, :] of an index
+        tile: its value at the slot's column."""
+        src, dst = e.x.type.shape, e.type.shape
+        if len(src) == 1 and len(dst) == 2 and dst == (src[0], 1) and pos is None and len(tm.layout.shape) == 2:
+            rows = rows_reg_layout(tm.layout)
+            if rows is None:
+                raise unsupported("a row broadcast (x[:, None]) into a tile whose rows are not held whole by "
+                                  "one warp (or warpgroup)", e.span)
+            return self.ex(e.x, render_layout(rows_slice(tm.layout).slot_map, i), self.tilemap(rows), loads)
+        if len(src) == 1 and len(dst) == 2 and dst == (1, src[0]) and pos is None and len(tm.layout.shape) == 2:
+            return self.ex(e.x, i, tm, loads, pos=tm.col(i))
+        raise unsupported(f"reshape {list(src)} -> {list(dst)} of a register tile", e.span,
+                          "x[:, None] of a row vector and x[None, :] of an index tile (arange) are supported")
 
     # ---- scalars ----------------------------------------------------------------------------------
     def sx(self, e: ir.Expr) -> str:
@@ -191,6 +320,16 @@ class Expressions:
                 return to_compute(dt, from_compute(dt, v)) if is_narrow_float(dt) else v
             nonneg = all(self.is_nonneg(a) for a in e.args)
             return self.math(e.fn, [self.sx(a) for a in e.args], e.type.dtype, nonneg)
+        if isinstance(e, ir.Load) and e.ref is not None and e.ref.space == "global" and \
+                all(x is None for x in e.ref.extents):
+            # load(T[i, j]): one element, the same in every thread (routing metadata, schedules). The
+            # pointer is `const __restrict__`, so this is a read-only-path load; out of range is a fault,
+            # as in the interpreter.
+            terms = []
+            for ax, st in enumerate(e.ref.starts):
+                s = self.stride(e.ref.base, ax)
+                terms.append(f"(long long)({self.sx(st)})" + ("" if s == "1" else f" * {s}"))
+            return to_compute(e.type.dtype, f"{self.cname[e.ref.base]}[{' + '.join(terms)}]")
         raise unsupported(f"{type(e).__name__.lower()} as a scalar", e.span)
 
     def binop(self, op: str, a: str, b: str, dt, nonneg: bool) -> str:
@@ -219,6 +358,9 @@ class Expressions:
         if fn in ("min", "max"):
             return f"{fn}(({ct})({args[0]}), ({ct})({args[1]}))"
         f32 = ct == "float"
+        if fn == "exp2" and f32:  # one MUFU.EX2 (exp2f adds a subnormal-range fix-up around it)
+            self.features.add("ex2")
+            return f"ag_exp2f({args[0]})"
         table = {"exp": "expf" if f32 else "exp", "exp2": "exp2f" if f32 else "exp2",
                  "log": "logf" if f32 else "log", "log2": "log2f" if f32 else "log2",
                  "sqrt": "sqrtf" if f32 else "sqrt", "rsqrt": "rsqrtf" if f32 else "rsqrt",

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from argus.codegen.cexpr import c_add, ctype, from_compute
 from argus.codegen.errors import unsupported
 from argus.codegen.spec import TmaSpec
@@ -224,6 +226,10 @@ def copy_global_to_shared(em: Emitter, s: ir.Copy) -> None:
                                  s.span)
         em.features.add("cp.async")
         em.aligned_inputs.add(src.tensor)
+    step = _row_step(dst, threads, v) if s.mode == "async" and vectors % threads == 0 else None
+    if step is not None:
+        _copy_async_rows(em, s, src, dst, v, per, *step)
+        return
     op = "copy_async" if s.mode == "async" else "copy"
     em.line(f"// {op}: {dst.rows}x{dst.cols} {s.dst.dtype} in {vectors} vectors of {v}, {per} per thread")
     em.open("")
@@ -258,6 +264,58 @@ def copy_global_to_shared(em: Emitter, s: ir.Copy) -> None:
         em.line(f"*({dst.ptr('ag_r', 'ag_c')}) = ({cond}) ? {ptr}[{src.offset(gb, 'ag_r', 'ag_c')}] "
                 f": {from_compute(dt, '0')};")
         em.close()
+    em.close()
+    em.close()
+
+
+def _row_step(dst: SView, threads: int, v: int) -> tuple[int, int] | None:
+    """(R, delta): when a thread's vectors are R rows apart (whole rows per pass of the threads) and
+    moving R rows down adds the same `delta` elements everywhere in the tile layout (the swizzle
+    pattern repeats every R rows), so one address per thread plus constant offsets covers its chunks."""
+    cpr = dst.cols // v
+    if threads % cpr or dst.transposed or dst.buf.explicit is not None:
+        return None
+    if not isinstance(dst.r0, int) or not isinstance(dst.c0, int):
+        return None
+    rows = threads // cpr
+    if rows >= dst.rows:
+        return rows, 0
+    r, c = np.meshgrid(np.arange(dst.rows) + dst.r0, np.arange(dst.cols) + dst.c0, indexing="ij")
+    off = np.asarray(dst.buf.tile((r, c)), dtype=np.int64)
+    d = off[rows:] - off[:-rows]
+    return (rows, int(d.flat[0])) if (d == d.flat[0]).all() else None
+
+
+def _copy_async_rows(em: Emitter, s: ir.Copy, src: GView, dst: SView, v: int, per: int, rows: int,
+                     delta: int) -> None:
+    """copy_async where each thread's vectors sit `rows` rows apart at the same column: one shared
+    address and one global pointer per thread, then constant steps (few registers live across loops)."""
+    e = s.dst.dtype.bytes
+    cpr = dst.cols // v
+    tid = em.scope.tid
+    ptr = src.ptr
+    ct = ctype(em.k.tensor(src.tensor).dtype)
+    em.line(f"// copy_async: {dst.rows}x{dst.cols} {s.dst.dtype} in {per} vectors of {v} per thread, "
+            f"{rows} rows apart (+{delta * e} B in shared memory)")
+    em.open("")
+    gb = em.tmp("g")
+    em.line(f"const long long {gb} = {src.base()};")
+    em.line(f"const int ag_r0 = {tid} / {cpr}, ag_c = {tid} % {cpr} * {v};")
+    em.line(f"const ag_u32 ag_sa = {dst.addr('ag_r0', 'ag_c')};")
+    em.line(f"const {ct}* const ag_ga = {ptr} + {src.offset(gb, 'ag_r0', 'ag_c')};")
+    row_stride = em.stride(src.tensor, src.row_axis) if src.row_axis is not None else "0"
+    em.line("#pragma unroll")
+    em.open(f"for (int ag_j = 0; ag_j < {per}; ++ag_j)")
+    g = f"ag_ga + (long long)(ag_j * {rows}) * {row_stride}" if per > 1 else "ag_ga"
+    sa = f"ag_sa + (ag_u32)ag_j * {delta * e}u" if per > 1 else "ag_sa"
+    if s.masked:
+        em.line(f"const int ag_r = ag_r0 + ag_j * {rows};")
+        dim_c = em.dim(src.tensor, src.col_axis)
+        em.line(f"const int ag_n = ({src.in_range('ag_r', 'ag_c')}) ? "
+                f"min(16, ({dim_c} - {src.index(src.col_axis, 'ag_c')}) * {e}) : 0;")
+        em.line(f"ag_cp_async16({sa}, ag_n > 0 ? (const void*)({g}) : (const void*){ptr}, ag_n);")
+    else:
+        em.line(f"ag_cp_async16({sa}, {g}, 16);")
     em.close()
     em.close()
 
@@ -326,7 +384,7 @@ def copy_regs_to_shared(em: Emitter, s: ir.Copy) -> None:
     em.line(f"// copy registers -> shared {s.dst.base}")
     em.open("")
     if tm.replicas > 1:
-        em.open(f"if ({em.scope.tid} < {tm.owners})")
+        em.open(f"if ({tm.owner()})")
     em.line("#pragma unroll")
     em.open(f"for (int ag_i = 0; ag_i < {tm.slots}; ++ag_i)")
     r, c = _rc(tm, "ag_i")
@@ -386,6 +444,9 @@ def store(em: Emitter, s: ir.Store) -> None:
         lay = em.default_layout(shape, dt.bytes)
     tm = em.tilemap(lay)
     loads = em.preload(s.value, tm) if isinstance(s.value.type, TileT) else {}
+    mask = getattr(s, "mask", None)  # store(..., where=m): written only where m is true
+    if mask is not None and isinstance(mask.type, TileT):
+        loads.update(em.preload(mask, tm))
     v = tm.run if gv.contiguous else 1
     v = min(v, max(1, 16 // dt.bytes))
     ct = ctype(dt)
@@ -400,7 +461,7 @@ def store(em: Emitter, s: ir.Store) -> None:
         em.line(f"const bool ag_aligned = (reinterpret_cast<unsigned long long>({ptr}) & {v * dt.bytes - 1}) == 0 && "
                 f"(((unsigned long long)({gb}) | (unsigned long long)({row_stride})) & {v - 1}) == 0;")
     if tm.replicas > 1:
-        em.open(f"if ({em.scope.tid} < {tm.owners})")
+        em.open(f"if ({tm.owner()})")
     em.line("#pragma unroll")
     em.open(f"for (int ag_j = 0; ag_j < {tm.slots // v}; ++ag_j)")
     em.line(f"const int ag_i = ag_j * {v};")
@@ -413,8 +474,15 @@ def store(em: Emitter, s: ir.Store) -> None:
             return from_compute(dt, em.sx(s.value))
         return from_compute(dt, em.ex(s.value, k, tm, loads, top=True))
 
+    def where(cond: str, slots: list[str]) -> str:
+        if mask is None:
+            return cond
+        if not isinstance(mask.type, TileT):
+            return f"{cond} && {em.sx(mask)}"
+        return " && ".join([cond, *(em.ex(mask, k, tm, loads) for k in slots)])
+
     if v > 1:
-        cond = gv.in_range("ag_r", "ag_c", v) if s.masked else "true"
+        cond = where(gv.in_range("ag_r", "ag_c", v) if s.masked else "true", [f"ag_i + {u}" for u in range(v)])
         em.open(f"if (ag_aligned && {cond})")
         em.line(f"ag_vec<{ct}, {v}> ag_w;")
         em.line("#pragma unroll")
@@ -424,12 +492,12 @@ def store(em: Emitter, s: ir.Store) -> None:
         em.open("} else")
         em.line("#pragma unroll")
         em.open(f"for (int ag_u = 0; ag_u < {v}; ++ag_u)")
-        cond_u = gv.in_range("ag_r", "ag_c + ag_u") if s.masked else "true"
+        cond_u = where(gv.in_range("ag_r", "ag_c + ag_u") if s.masked else "true", ["ag_i + ag_u"])
         em.line(f"if ({cond_u}) {ptr}[{gv.offset(gb, 'ag_r', 'ag_c + ag_u')}] = {value('ag_i + ag_u')};")
         em.close()
         em.close()
     else:
-        cond = gv.in_range("ag_r", "ag_c") if s.masked else "true"
+        cond = where(gv.in_range("ag_r", "ag_c") if s.masked else "true", ["ag_i"])
         em.line(f"if ({cond}) {ptr}[{off}] = {value('ag_i')};")
     em.close()
     if tm.replicas > 1:

@@ -15,18 +15,31 @@ released.
 mma.sync m16n8k16 (sm_80+): warp w sits at (w % warps_m, w // warps_m); per k16 step it loads A
 fragments with ldmatrix.x4 (rows = M: .trans when A is stored [K, M]) and B fragments two n8 tiles at a
 time with ldmatrix.x4.trans (B stored [K, N]) or .x4 (stored [N, K]), then issues the MMAs.
+
+A operand in registers (`mma(cast(p, bf16), v_s[s], acc)`): the layout pass has proved that the
+source tile's fragment holds, in each thread, the elements of the instruction's A fragments
+(layouts.register_a_map); they are packed two per .b32 register (rounded to bf16 / f16, low half
+first) in A-fragment order -- for an f32 accumulator this is its own slot order (FlashAttention-3's
+observation; fragments.register_operand_map checks it) -- and fed to the register-A form
+`wgmma.mma_async ... {d}, {a0..a3}, descB` or to mma.sync in place of ldmatrix. Such a wgmma is
+waited for at once: deferring it would keep its A registers and the accumulator reserved.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from argus.codegen.cexpr import render_layout
 from argus.codegen.errors import unsupported
 from argus.codegen.memory import SView, sview
-from argus.codegen.prelude import wgmma_function
+from argus.codegen.prelude import wgmma_function, wgmma_rs_function
 from argus.codegen.tiles import TileMap
 from argus.ir import nodes as ir
 from argus.ir.fragments import wgmma_descriptor_strides
+from argus.ir.layout import Layout, flatten
+from argus.ir.passes.layouts import register_a_fragment, register_a_map
 
 if TYPE_CHECKING:
     from argus.codegen.emit import Emitter
@@ -38,10 +51,13 @@ def emit(em: Emitter, name: str, m: ir.Mma, tm: TileMap) -> None:
     lay = m.layout
     if lay is None:
         raise unsupported("an mma without a fragment layout", m.span)
-    if not isinstance(m.a, ir.Ref) or not isinstance(m.b, ir.Ref) or m.a.space != "shared" or m.b.space != "shared":
-        raise unsupported("mma operands in registers", m.span, "keep A and B in shared buffers")
-    if m.a.dtype.name not in ("bf16", "f16"):
-        raise unsupported(f"mma on {m.a.dtype} operands", m.span, "bf16 and f16 are supported")
+    a_regs = not isinstance(m.a, ir.Ref)
+    if not isinstance(m.b, ir.Ref) or m.b.space != "shared" or (not a_regs and m.a.space != "shared"):
+        raise unsupported("mma operands in registers or global memory", m.span,
+                          "keep B in a shared buffer; A may be a shared buffer or a register tile")
+    ab = m.a.type.dtype if a_regs else m.a.dtype
+    if ab.name not in ("bf16", "f16") or m.b.dtype != ab:
+        raise unsupported(f"mma on {ab} x {m.b.dtype} operands", m.span, "bf16 and f16 are supported")
     if tm.layout.kind != "mma" or tm.layout.mma != lay:
         raise unsupported("an mma whose result has another register layout", m.span)
     acc = m.acc
@@ -52,11 +68,57 @@ def emit(em: Emitter, name: str, m: ir.Mma, tm: TileMap) -> None:
         loads = em.preload(m.acc, tm)
         em.line("#pragma unroll")
         em.line(f"for (int ag_i = 0; ag_i < {tm.slots}; ++ag_i) {name}[ag_i] = {em.ex(m.acc, 'ag_i', tm, loads)};")
-    a, b = sview(em, m.a), sview(em, m.b)
+    b = sview(em, m.b)
+    a = register_a(em, m) if a_regs else sview(em, m.a)
     if lay.instr == "wgmma":
         _wgmma(em, name, m, a, b)
     else:
         _mma_sync(em, name, m, a, b)
+
+
+def _affine_map(amap: np.ndarray, shape: tuple[int, ...]) -> Layout | None:
+    """`amap` as a layout over the (flat) slot modes `shape`, when it is one (then a loop renders it)."""
+    strides, prefix = [], 1
+    if amap[0] != 0:
+        return None
+    for size in shape:
+        strides.append(int(amap[prefix]) if size > 1 else 0)
+        prefix *= size
+    lay = Layout(tuple(shape), tuple(strides))
+    return lay if (np.asarray(lay(np.arange(len(amap)))) == amap).all() else None
+
+
+def register_a(em: Emitter, m: ir.Mma) -> str:
+    """The register A operand packed in the instruction's A-fragment order: `t[r][0..3]` are the four
+    .b32 registers (two elements each, low half first) of A instruction tile r = m-tile + M-tiles * k16
+    step. Each element comes, in the same thread, from the slot of the source tile that
+    layouts.register_a_map names (an f32 accumulator's pairs are A's pairs: fragments.register_operand_map)."""
+    src = em.expr_layout(m.a)
+    amap = register_a_map(m, src)
+    if amap is None:
+        raise unsupported("this mma's register A operand: its layout is not the instruction's A fragment", m.span)
+    stm = em.tilemap(src)
+    loads = em.preload(m.a, stm)
+    pack = {"bf16": "ag_pack_bf16x2", "f16": "ag_pack_f16x2"}[m.a.type.dtype.name]
+    em.features.add("pack")
+    n = len(amap) // 2
+    t = em.tmp("pa")
+    em.line(f"// A operand from registers: {m.a.type.shape[0]}x{m.a.type.shape[1]} in {n // 4} A fragments of 4 x .b32")
+    em.line(f"ag_u32 {t}[{n // 4}][4];")
+    flat = flatten(register_a_fragment(m).row.shape[1])
+    lay = _affine_map(amap, flat)
+
+    def elem(slot) -> str:
+        return em.ex(m.a, slot, stm, loads, top=True)
+
+    if lay is not None:
+        em.line("#pragma unroll")
+        em.line(f"for (int ag_q = 0; ag_q < {n}; ++ag_q) {t}[ag_q / 4][ag_q % 4] = "
+                f"{pack}({elem(render_layout(lay, '2 * ag_q'))}, {elem(render_layout(lay, '2 * ag_q + 1'))});")
+    else:
+        for q in range(n):
+            em.line(f"{t}[{q // 4}][{q % 4}] = {pack}({elem(int(amap[2 * q]))}, {elem(int(amap[2 * q + 1]))});")
+    return t
 
 
 def _check_tile_start(sv: SView, span, what: str) -> None:
@@ -67,15 +129,17 @@ def _check_tile_start(sv: SView, span, what: str) -> None:
 # ---- wgmma -----------------------------------------------------------------------------------------
 
 
-def _wgmma(em: Emitter, name: str, m: ir.Mma, a: SView, b: SView) -> None:
+def _wgmma(em: Emitter, name: str, m: ir.Mma, a: SView | str, b: SView) -> None:
+    """a: a shared view, or the C name of the packed register A operand (register_a)."""
     lay = m.layout
     span = m.span
-    (mm, kk), nn = m.a.shape, m.b.shape[1]
+    a_regs = isinstance(a, str)
+    (mm, kk), nn = m.a.type.shape if a_regs else m.a.shape, m.b.shape[1]
     gm, gn = lay.warps_m, lay.warps_n
     inst_n = lay.inst_shape[1]
     per_m, per_n = mm // gm, nn // gn
     ma, na = per_m // 64, per_n // inst_n
-    for sv, what in ((a, "A"), (b, "B")):
+    for sv, what in ((b, "B"),) if a_regs else ((a, "A"), (b, "B")):
         _check_tile_start(sv, span, what)
         if sv.buf.explicit is not None:
             raise unsupported(f"a wgmma {what} operand in a buffer with an explicit layout=", span,
@@ -83,27 +147,32 @@ def _wgmma(em: Emitter, name: str, m: ir.Mma, a: SView, b: SView) -> None:
         if sv.buf.alloc.swizzle not in _WGMMA_MODE:
             raise unsupported(f"a wgmma {what} operand in an unswizzled buffer", span,
                                "declare the buffer with swizzle=32, 64 or 128")
-    e = a.buf.elem_bytes
+    e = b.buf.elem_bytes
     # A is indexed (m, k): K-major when stored [M, K]; B (k, n): N-major when stored [K, N].
-    a_major = "MN" if a.transposed else "K"
     b_major = "K" if b.transposed else "MN"
-    a_lbo, a_sbo = _strides(a, a_major)
     b_lbo, b_sbo = _strides(b, b_major)
-    wa, wb = a.buf.alloc.swizzle // e, b.buf.alloc.swizzle // e
-    if a_major == "MN" and 64 % wa:
-        raise unsupported("a transposed wgmma A operand narrower than its swizzle row", span)
+    wb = b.buf.alloc.swizzle // e
+    if not a_regs:
+        a_major = "MN" if a.transposed else "K"
+        a_lbo, a_sbo = _strides(a, a_major)
+        if a_major == "MN" and 64 % (a.buf.alloc.swizzle // e):
+            raise unsupported("a transposed wgmma A operand narrower than its swizzle row", span)
     if b_major == "MN" and inst_n % wb:
         raise unsupported(f"wgmma N={inst_n} that is not a multiple of the {b.buf.alloc.swizzle}B swizzle row of B",
                            span, "make each warpgroup's share of BN a multiple of the swizzle row (64 for bf16, 128B)")
-    ab = m.a.dtype.name
-    fn, body = wgmma_function(inst_n, ab, int(a.transposed), 0 if b.transposed else 1)
+    ab = m.b.dtype.name
+    if a_regs:
+        fn, body = wgmma_rs_function(inst_n, ab, 0 if b.transposed else 1)
+    else:
+        fn, body = wgmma_function(inst_n, ab, int(a.transposed), 0 if b.transposed else 1)
     em.extra.setdefault(fn, body)
     em.features.update({"wgmma", "proxy-fence"})
     regs = inst_n // 2
     em.line(f"// wgmma m64n{inst_n}k16 x {kk // 16} k-steps; warpgroups {gm}x{gn}, each {per_m}x{per_n} "
-            f"({ma}x{na} instructions)")
+            f"({ma}x{na} instructions){'; A from registers' if a_regs else ''}")
     em.open("")
-    em.line(f"const int ag_wg = {em.scope.tid} >> 7, ag_wm = ag_wg % {gm}, ag_wn = ag_wg / {gm};")
+    wm = "" if a_regs else f"ag_wm = ag_wg % {gm}, "  # a register A needs no M offset: its rows are this warpgroup's
+    em.line(f"const int ag_wg = {em.scope.tid} >> 7, {wm}ag_wn = ag_wg / {gm};")
     em.line("#pragma unroll")
     em.line(f"for (int ag_i = 0; ag_i < {regs * ma * na}; ++ag_i) ag_reg_fence({name}[ag_i]);")
     em.line("ag_wgmma_fence();")
@@ -113,15 +182,22 @@ def _wgmma(em: Emitter, name: str, m: ir.Mma, a: SView, b: SView) -> None:
     em.open(f"for (int ag_mi = 0; ag_mi < {ma}; ++ag_mi)")
     em.line("#pragma unroll")
     em.open(f"for (int ag_ni = 0; ag_ni < {na}; ++ag_ni)")
-    a_addr, b_addr = wgmma_operand_addrs(a, b, per_m, per_n, inst_n)
-    em.line(f"const ag_u64 ag_da = ag_wgmma_desc({a_addr}, {a_lbo}u, {a_sbo}u, {_WGMMA_MODE[a.buf.alloc.swizzle]}u);")
+    if a_regs:
+        b_addr = b.addr("ag_k * 16", f"ag_wn * {per_n} + ag_ni * {inst_n}", swizzled=False)
+    else:
+        a_addr, b_addr = wgmma_operand_addrs(a, b, per_m, per_n, inst_n)
+        a_mode = _WGMMA_MODE[a.buf.alloc.swizzle]
+        em.line(f"const ag_u64 ag_da = ag_wgmma_desc({a_addr}, {a_lbo}u, {a_sbo}u, {a_mode}u);")
     em.line(f"const ag_u64 ag_db = ag_wgmma_desc({b_addr}, {b_lbo}u, {b_sbo}u, {_WGMMA_MODE[b.buf.alloc.swizzle]}u);")
-    em.line(f"{fn}({name} + (ag_mi + {ma} * ag_ni) * {regs}, ag_da, ag_db);")
+    a_arg = f"{a}[ag_mi + {ma} * ag_k]" if a_regs else "ag_da"
+    em.line(f"{fn}({name} + (ag_mi + {ma} * ag_ni) * {regs}, {a_arg}, ag_db);")
     em.close()
     em.close()
     em.close()
     em.line("ag_wgmma_commit();")
-    if em.defer_wgmma:
+    # A register A operand stays reserved until the wait: deferring it keeps those registers and the
+    # accumulator live across what follows (measured: it made FlashAttention spill), so wait at once.
+    if em.defer_wgmma and not a_regs:
         em.line("// waited for before the next statement that needs the accumulator or this stage")
         em.pending[name] = regs * ma * na
     else:
@@ -175,31 +251,36 @@ def ldmatrix_b_addr(b: SView, tile_n: int) -> str:
 # ---- mma.sync --------------------------------------------------------------------------------------
 
 
-def _mma_sync(em: Emitter, name: str, m: ir.Mma, a: SView, b: SView) -> None:
+def _mma_sync(em: Emitter, name: str, m: ir.Mma, a: SView | str, b: SView) -> None:
+    """a: a shared view (ldmatrix), or the C name of the packed register A operand (register_a)."""
     lay = m.layout
-    (mm, kk), nn = m.a.shape, m.b.shape[1]
+    a_regs = isinstance(a, str)
+    (mm, kk), nn = m.a.type.shape if a_regs else m.a.shape, m.b.shape[1]
     wm_, wn_ = lay.warps_m, lay.warps_n
     tm_, tn_ = mm // wm_, nn // wn_
     mi_n, ni_n = tm_ // 16, tn_ // 8
-    for sv in (a, b):
+    for sv in (b,) if a_regs else (a, b):
         if (sv.buf.cols * sv.buf.elem_bytes) % 16:
             raise unsupported("ldmatrix from a buffer whose rows are not a multiple of 16 bytes", m.span)
     em.features.update({"mma.sync"})
-    mma_fn = f"ag_mma_m16n8k16_{m.a.dtype.name}"
+    mma_fn = f"ag_mma_m16n8k16_{m.b.dtype.name}"
     em.line(f"// mma.sync m16n8k16 x {kk // 16} k-steps; warps {wm_}x{wn_}, each {tm_}x{tn_} "
-            f"({mi_n}x{ni_n} instructions)")
+            f"({mi_n}x{ni_n} instructions){'; A from registers' if a_regs else ''}")
     em.open("")
     em.line(f"const int ag_w = {em.scope.tid} >> 5, ag_l = ag_tid & 31;")
-    em.line(f"const int ag_wm = ag_w % {wm_}, ag_wn = ag_w / {wm_};")
+    em.line(f"const int {'' if a_regs else f'ag_wm = ag_w % {wm_}, '}ag_wn = ag_w / {wm_};")
     em.line("#pragma unroll")
     em.open(f"for (int ag_k = 0; ag_k < {kk // 16}; ++ag_k)")
-    em.line(f"ag_u32 ag_af[{mi_n}][4], ag_bf[{ni_n}][2];")
-    # A (m, k): matrix q = lane / 8 covers rows (q % 2) * 8.., k (q / 2) * 8..
-    em.line("#pragma unroll")
-    em.open(f"for (int ag_mi = 0; ag_mi < {mi_n}; ++ag_mi)")
-    a_addr = ldmatrix_a_addr(a, tm_)
-    em.line(f"ag_ldmatrix_x4{'_trans' if a.transposed else ''}(ag_af[ag_mi], {a_addr});")
-    em.close()
+    if a_regs:
+        em.line(f"ag_u32 ag_bf[{ni_n}][2];")
+    else:
+        em.line(f"ag_u32 ag_af[{mi_n}][4], ag_bf[{ni_n}][2];")
+        # A (m, k): matrix q = lane / 8 covers rows (q % 2) * 8.., k (q / 2) * 8..
+        em.line("#pragma unroll")
+        em.open(f"for (int ag_mi = 0; ag_mi < {mi_n}; ++ag_mi)")
+        a_addr = ldmatrix_a_addr(a, tm_)
+        em.line(f"ag_ldmatrix_x4{'_trans' if a.transposed else ''}(ag_af[ag_mi], {a_addr});")
+        em.close()
     # B (k, n): matrix q covers k (q % 2) * 8.., n (q / 2) * 8..: two n8 tiles per ldmatrix.x4
     trans_b = "" if b.transposed else "_trans"
     pairs, odd = ni_n // 2, ni_n % 2
@@ -222,8 +303,9 @@ def _mma_sync(em: Emitter, name: str, m: ir.Mma, a: SView, b: SView) -> None:
     em.line("#pragma unroll")
     em.open(f"for (int ag_mi = 0; ag_mi < {mi_n}; ++ag_mi)")
     em.line("#pragma unroll")
+    a_arg = f"{a}[ag_mi + {mi_n} * ag_k]" if a_regs else "ag_af[ag_mi]"
     em.line(f"for (int ag_ni = 0; ag_ni < {ni_n}; ++ag_ni) "
-            f"{mma_fn}({name} + 4 * (ag_mi + {mi_n} * ag_ni), ag_af[ag_mi], ag_bf[ag_ni]);")
+            f"{mma_fn}({name} + 4 * (ag_mi + {mi_n} * ag_ni), {a_arg}, ag_bf[ag_ni]);")
     em.close()
     em.close()
     em.close()

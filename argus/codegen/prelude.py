@@ -146,6 +146,28 @@ __device__ __forceinline__ void ag_tma_load_5d(ag_u32 dst, const AgTmaMap* map, 
 }
 """
 
+EX2 = r"""
+// 2^x on the special-function unit: relative error ~2^-22, subnormal results flushed to zero.
+__device__ __forceinline__ float ag_exp2f(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+"""
+
+PACK = r"""
+// Two floats rounded (to nearest even) into one .b32 register of a 16-bit pair, `lo` in the low half:
+// the order of an MMA A fragment register.
+__device__ __forceinline__ ag_u32 ag_pack_bf16x2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<ag_u32*>(&v);
+}
+__device__ __forceinline__ ag_u32 ag_pack_f16x2(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<ag_u32*>(&v);
+}
+"""
+
 SETMAXNREG = r"""
 template <int N> __device__ __forceinline__ void ag_setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
@@ -163,6 +185,8 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("mbarrier", MBARRIER),
     ("tma", TMA),
     ("setmaxnreg", SETMAXNREG),
+    ("pack", PACK),
+    ("ex2", EX2),
 )
 
 
@@ -179,6 +203,26 @@ def wgmma_function(n: int, ab: str, trans_a: int, trans_b: int) -> tuple[str, st
         f'               "{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1, {trans_a}, {trans_b};\\n}}\\n"\n'
         f"               : {outs}\n"
         f'               : "l"(da), "l"(db), "r"(1));\n'
+        "}\n"
+    )
+    return name, body
+
+
+def wgmma_rs_function(n: int, ab: str, trans_b: int) -> tuple[str, str]:
+    """(name, definition) of one wgmma.m64nNk16 f32 += ab*ab with A from four .b32 registers (the
+    wgmma.m64k16 A fragment) and B from a descriptor."""
+    name = f"ag_wgmma_m64n{n}k16_{ab}_rs_t{trans_b}"
+    regs = n // 2
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    dlist = ", ".join(f"%{i}" for i in range(regs))
+    alist = ", ".join(f"%{regs + i}" for i in range(4))
+    body = (
+        f"__device__ __forceinline__ void {name}(float* d, const ag_u32 (&a)[4], ag_u64 db) {{\n"
+        f'  asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 5}, 0;\\n"\n'
+        f'               " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} "\n'
+        f'               "{{{dlist}}}, {{{alist}}}, %{regs + 4}, p, 1, 1, {trans_b};\\n}}\\n"\n'
+        f"               : {outs}\n"
+        f'               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));\n'
         "}\n"
     )
     return name, body

@@ -4,10 +4,16 @@ A register tile is a per-thread array `x[SLOTS]`; its RegLayout (argus/ir/passes
 the Fragment map `(thread, slot) -> (row, col)`. Both coordinates split into a thread part (computed
 once from the thread index) and a slot part (a constant once the slot loop is unrolled), because every
 fragment map is a sum over its (thread, slot) modes.
+
+Kinds (argus/ir/passes/layouts.py): "mma" (an accumulator fragment), "blocked", "rows" (the row
+slice of an mma fragment: a 1-D tile of the rows a thread owns, replicated over the lanes that share
+them, so only `owner()` stores it) and "index" (arange arithmetic: no registers, evaluated from
+row()/col() of the slot that reads it).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -16,6 +22,7 @@ import numpy as np
 from argus.codegen.cexpr import c_add, render_layout
 from argus.ir import nodes as ir
 from argus.ir.fragments import Fragment
+from argus.ir.layout import flatten
 from argus.ir.passes.layouts import fragment_of
 
 
@@ -60,12 +67,28 @@ class TileMap:
         return 1
 
     @cached_property
-    def replicas(self) -> int:
-        """Threads holding each element; only threads with index < owners store."""
-        if self.layout.kind == "mma":
-            return 1
-        return int(self.frag.row.shape[0][2])  # type: ignore[index]
+    def _replica_modes(self) -> list[tuple[int, int]]:
+        """(prefix, size) of the thread modes that move neither the row nor the column: threads that
+        differ only there hold the same elements (replicas)."""
+        out, prefix = [], 1
+        for size, r, c in zip(flatten(self.frag.row.shape[0]), flatten(self.frag.row.stride[0]),
+                              flatten(self.frag.col.stride[0]), strict=True):
+            if size > 1 and r == 0 and c == 0:
+                out.append((prefix, size))
+            prefix *= size
+        return out
 
     @property
-    def owners(self) -> int:
-        return self.frag.threads // self.replicas
+    def replicas(self) -> int:
+        """Threads holding each element; only the first of them (owner()) stores."""
+        return math.prod(size for _, size in self._replica_modes)
+
+    def owner(self) -> str:
+        """C condition: this thread is the first of the replicas of its elements (stores them)."""
+        conds = []
+        for prefix, size in self._replica_modes:
+            if prefix * size == self.frag.threads:
+                conds.append(f"{self.tid} < {prefix}")
+            else:
+                conds.append(f"({self.tid} / {prefix}) % {size} == 0" if prefix > 1 else f"{self.tid} % {size} == 0")
+        return " && ".join(conds) or "true"

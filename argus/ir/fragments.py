@@ -42,7 +42,7 @@ from typing import Literal
 import numpy as np
 
 from argus.ir.arith import Value, add, fdiv, fmod, mul
-from argus.ir.layout import IntTuple, Layout, make_layout, right_inverse
+from argus.ir.layout import IntTuple, Layout, flatten, make_layout, right_inverse
 from argus.ir.swizzle import ComposedLayout, smem_swizzle
 
 __all__ = [
@@ -59,6 +59,10 @@ __all__ = [
     "smem_operand_layout",
     "wgmma_descriptor_strides",
     "wgmma_canonical_layout",
+    "Slice",
+    "slice_fragment",
+    "register_operand_map",
+    "wgmma_block_a_fragment",
 ]
 
 
@@ -415,3 +419,124 @@ def wgmma_canonical_layout(
     else:
         raise ValueError(f"major must be 'K' or 'MN', got {major!r}")
     return ComposedLayout(smem_swizzle(swizzle_bytes, e), offset, make_layout(mn_mode, k_mode))
+
+
+# ---------------------------------------------------------------------------------------------
+# Slices of a fragment (row statistics) and register operands taken from another fragment
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Slice:
+    """The 1-D tile of one axis of a 2-D fragment ``f``, held as ``f`` holds that axis.
+
+    ``fragment``: ``(thread, slot) -> (0, index)`` over the kept axis (a 1-D tile is one row), each
+    thread holding the indices it owns in ``f`` (e.g. the rows of an accumulator). ``slot_map``:
+    slot of ``f`` -> slot of the slice holding the same kept index (the same for every thread).
+    ``lanes``: XOR masks of the thread index connecting the threads that hold the same kept indices
+    but other elements along the reduced axis: a reduction over that axis is a per-thread reduction
+    over its slots followed by one ``shfl.xor`` step per mask.
+    """
+
+    fragment: Fragment
+    slot_map: Layout
+    lanes: tuple[int, ...]
+
+
+def _modes(part: Layout, other: Layout) -> list[tuple[int, int, int]]:
+    """Flat (size, stride, other stride) of one half (thread or slot) of two fragment maps."""
+    return list(zip(flatten(part.shape), flatten(part.stride), flatten(other.stride), strict=True))
+
+
+def slice_fragment(f: Fragment, keep: int) -> Slice:
+    """The rows (``keep=0``) or columns (``keep=1``) of ``f`` as a :class:`Slice`.
+
+    Every mode of ``f`` must move along one axis only; threads that share kept indices while holding
+    other elements must differ in lane bits only (one warp), reached by XOR masks. Raises ValueError
+    otherwise. The result is checked against ``f``'s tables.
+    """
+    if keep not in (0, 1):
+        raise ValueError("keep must be 0 (rows) or 1 (columns)")
+    kept, red = (f.row, f.col) if keep == 0 else (f.col, f.row)
+    t_modes, s_modes = _modes(kept[0], red[0]), _modes(kept[1], red[1])
+    t_shape, t_stride, lanes, prefix = [], [], [], 1
+    for size, k, r in t_modes:
+        if k and r:
+            raise ValueError(f"fragment {f.name}: a thread mode moves along both axes")
+        if r and size > 1:  # threads holding the same kept indices, other reduced-axis elements
+            if size & (size - 1) or prefix & (prefix - 1) or prefix * size > 32:
+                raise ValueError(f"fragment {f.name}: threads sharing a {('row', 'column')[keep]} are not "
+                                 "lanes of one warp reachable by XOR")
+            lanes += [prefix << b for b in range(size.bit_length() - 1)]
+        t_shape.append(size)
+        t_stride.append(k)
+        prefix *= size
+    s_shape, s_stride, map_stride, n = [], [], [], 1
+    for size, k, r in s_modes:
+        if k and r:
+            raise ValueError(f"fragment {f.name}: a register slot mode moves along both axes")
+        if k and size > 1:
+            s_shape.append(size)
+            s_stride.append(k)
+            map_stride.append(n)
+            n *= size
+        else:
+            map_stride.append(0)
+    if not s_shape:
+        s_shape, s_stride = [1], [0]
+    shape = (tuple(t_shape), tuple(s_shape))
+    zeros = (tuple(0 for _ in t_shape), tuple(0 for _ in s_shape))
+    length = f.tile[keep]
+    axis = ("rows", "cols")[keep]
+    frag = Fragment(f"{f.name}.{axis}", (1, length), Layout(shape, zeros),
+                    Layout(shape, (tuple(t_stride), tuple(s_stride))))
+    slot_map = Layout(tuple(flatten(kept[1].shape)), tuple(map_stride))
+    out = Slice(frag, slot_map, tuple(lanes))
+    _check_slice(f, keep, out)
+    return out
+
+
+def _check_slice(f: Fragment, keep: int, sl: Slice) -> None:
+    """The slice agrees with ``f`` on every thread, and the XOR group of a thread covers whole lines."""
+    rows, cols = f.table()
+    kept = rows if keep == 0 else cols
+    _, idx = sl.fragment.table()
+    smap = np.asarray(sl.slot_map(np.arange(f.slots)))
+    if not (idx[:, smap] == kept).all():
+        raise ValueError(f"slice of fragment {f.name} disagrees with its table")
+    group = np.zeros(1, dtype=np.int64)
+    for m in sl.lanes:
+        group = np.concatenate([group, group ^ m])
+    per_line = f.count_table().sum(axis=1 - keep)  # elements per kept index in the whole tile
+    for t in range(f.threads):
+        members = t ^ group
+        if (members >= f.threads).any():
+            raise ValueError(f"fragment {f.name}: shuffle partners of thread {t} outside the tile's threads")
+        if not all(set(kept[m].tolist()) == set(kept[t].tolist()) for m in members):
+            raise ValueError(f"fragment {f.name}: shuffle partners of thread {t} hold other lines")
+        held = np.bincount(kept[members].ravel(), minlength=f.tile[keep])
+        for line in set(kept[t].tolist()):
+            if held[line] != per_line[line]:
+                raise ValueError(f"fragment {f.name}: line {line} is spread beyond thread {t}'s shuffle group")
+
+
+def register_operand_map(src: Fragment, dst: Fragment) -> np.ndarray | None:
+    """``m[s]``: the slot of ``src`` holding, in the same thread, the element that ``dst`` wants in
+    its slot ``s`` -- the same slot for every thread -- or None when no such map exists (then the
+    operand would have to move between threads). E.g. an f32 accumulator reused as an MMA A operand."""
+    if src.tile != dst.tile or src.threads != dst.threads or not src.is_bijective():
+        return None
+    owner, slot = src.inverse_table()
+    rows, cols = dst.table()
+    if not (owner[rows, cols] == np.arange(dst.threads)[:, None]).all():
+        return None
+    s = slot[rows, cols]
+    if not (s == s[:1]).all():
+        return None
+    return s[0].copy()
+
+
+def wgmma_block_a_fragment(bm: int, bk: int, warpgroups_m: int = 1) -> Fragment:
+    """Register A operand (BMxBK) of warpgroups that split M and each run wgmma.m64nNk16 over their
+    64-row slabs: slot = atom slot + 8 * (slab + slabs * k16 step)."""
+    return tile_fragment(wgmma_m64k16_a(), (bm, bk), (warpgroups_m, 1), (0, None))

@@ -53,9 +53,21 @@ def test_gemm_cuda_golden(mma: str) -> None:
     assert src == path.read_text(), f"generated CUDA changed; if intended, rerun with ARGUS_UPDATE_GOLDEN=1 ({path})"
 
 
-# Examples that need constructs the code generator does not emit yet (row reductions and broadcasts of
-# mma fragments, an mma whose A operand is in registers): each must fail cleanly, at a source line.
-NOT_YET = {"flash_attention.arg": "row reductions / broadcasts of mma fragments and register-A mma"}
+@pytest.mark.parametrize("mma", ["wgmma", "mma.sync"])
+def test_flash_attention_cuda_golden(mma: str) -> None:
+    k = build_file(EXAMPLES / "flash_attention.arg", {"MMA": mma, "CAUSAL": True})
+    src = generate(k, "examples/flash_attention.arg").source
+    path = GOLDEN / f"flash_attention_causal_{mma.replace('.', '_')}.cu"
+    if os.environ.get("ARGUS_UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(src)
+    assert path.exists(), f"missing golden file {path}; create it with ARGUS_UPDATE_GOLDEN=1"
+    assert src == path.read_text(), f"generated CUDA changed; if intended, rerun with ARGUS_UPDATE_GOLDEN=1 ({path})"
+
+
+# Examples that need constructs the code generator does not emit yet: each must fail cleanly, at a
+# source line (file name -> reason).
+NOT_YET: dict[str, str] = {}
 
 
 def _variants() -> list:
@@ -87,13 +99,90 @@ def test_every_example_compiles(path: Path, params: dict) -> None:
 
 
 def test_bug_examples_generate() -> None:
-    """The verifier's broken variants are valid programs: the code generator emits them all (the
-    FlashAttention ones need what flash_attention.arg needs, see NOT_YET)."""
+    """The verifier's broken variants are valid programs: the code generator emits them all."""
     for path in sorted((EXAMPLES / "bugs").glob("*.arg")):
-        try:
-            generate(build_file(path), _rel(path))
-        except ArgusError as e:
-            assert path.name.startswith("fa_") and e.diagnostics[0].code == "codegen", path.name
+        generate(build_file(path), _rel(path))
+
+
+def _loop(src: str) -> str:
+    """The steady-state loop of a pipelined kernel (from `for (int j = 0;` to the next top-level loop)."""
+    a = src.index("for (int j = 0;")
+    return src[a:src.index("for (int j = max(", a)]
+
+
+def test_flash_attention_structure_wgmma() -> None:
+    """Row statistics in registers (2 rows per thread per 64-row slab, reduced over lanes 1 and 2),
+    index tiles from fragment coordinates (never stored), P reused in place as wgmma's register A."""
+    gen = generate(build_file(EXAMPLES / "flash_attention.arg", {"CAUSAL": True}), "examples/flash_attention.arg")
+    src = gen.source
+    loop = _loop(src)
+    assert "float m[2];" in src and "float l[2];" in src and "float acc[64];" in src and "float sc[32];" in src
+    assert "kpos[" not in src and "qpos[" not in src  # index tiles have no registers
+    assert loop.count("__shfl_xor_sync(0xffffffffu, ") == 4  # max and sum, lanes ^1 and ^2
+    assert "// max(axis=1): 32 slots per thread onto 2 rows, then lanes 1^2" in loop
+    # kpos[None, :] is the column of the slot, qpos[:, None] its row (wgmma D layout)
+    assert "(ag_tid % 4) * 2 + ag_i % 2 + ((ag_i / 4) % 8) * 8" in loop
+    assert "(ag_tid / 4) % 8 + ((ag_tid / 32) % 4) * 16 + ((ag_tid / 128) % 2) * 64 + ((ag_i / 2) % 2) * 8" in loop
+    # m_new[:, None] reads the row slot of the fragment slot
+    assert "m_new[(ag_i / 2) % 2]" in loop and "alpha[(ag_i / 2) % 2]" in loop
+    # P . V: A from registers (bf16 pairs of the accumulator layout), B = v_s from a descriptor
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in src and "ag_wgmma_m64n128k16_bf16_rs_t1(" in loop
+    assert "ag_pack_bf16x2(" in loop and "ag_exp2f(" in loop
+    assert {"wgmma", "pack", "ex2", "cp.async"} <= gen.features
+
+
+def test_flash_attention_structure_mma_sync() -> None:
+    src = generate(build_file(EXAMPLES / "flash_attention.arg", {"MMA": "mma.sync"})).source
+    loop = _loop(src)
+    assert "// mma.sync m16n8k16 x 4 k-steps; warps 8x1, each 16x128 (1x16 instructions); A from registers" in loop
+    assert loop.count("ag_ldmatrix_x4(ag_af") == 1  # Q for S only; P comes from registers
+    assert loop.count("__shfl_xor_sync(0xffffffffu, ") == 4
+
+
+@pytest.mark.parametrize("params", [{}, {"HD": 64}, {"HD": 64, "BKV": 64, "CAUSAL": True},
+                                    {"BQ": 192, "WARPGROUPS": 3}])
+def test_flash_attention_builds_without_spills(params: dict) -> None:
+    b = build(build_file(EXAMPLES / "flash_attention.arg", params), arch="sm_90a", cache=False)
+    (res,) = b.resources.values()
+    assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, res.summary()
+
+
+ROWS_KERNEL = """
+kernel row_softmax(X: bf16[M, N], W: bf16[N, N], Y: f32[M, N], S: f32[M]):
+    launch grid=(cdiv(M, 128),), threads=256
+    x_s = shared(bf16[128, 64], swizzle=128)
+    w_s = shared(bf16[64, 64], swizzle=128)
+    copy(x_s, X[block_id(0) * 128 : +128, 0 : +64])
+    copy(w_s, W[0 : +64, 0 : +64])
+    barrier()
+    z = mma(x_s, w_s, zeros(f32[128, 64]), instr="mma.sync")
+    col = arange(64)
+    z = select(col[None, :] < N, z, -inf)
+    mx = max(z, axis=1)
+    e = exp2(z - mx[:, None])
+    s = sum(e, axis=1)
+    store(Y[block_id(0) * 128 : +128, 0 : +64], e / s[:, None])
+    store(S[block_id(0) * 128 : +128], s)
+"""
+
+
+def test_row_vector_store_writes_from_one_lane_per_row() -> None:
+    """A row vector (rows layout) is held by the 4 lanes sharing a row: only lane % 4 == 0 stores it."""
+    k = build_source(ROWS_KERNEL)
+    src = generate(k).source
+    assert "if (ag_tid % 4 == 0)" in src
+    b = build(k, arch="sm_80", cache=False)
+    assert b.result.cubin[:4] == b"\x7fELF"
+
+
+def test_index_tile_redefined_after_its_read_in_a_loop_is_refused() -> None:
+    src = ROWS_KERNEL.replace("""    col = arange(64)
+    z = select(col[None, :] < N, z, -inf)""", """    col = arange(64)
+    for t in range(2):
+        z = select(col[None, :] < N, z, -inf)
+        col = arange(64) + t""")
+    with pytest.raises(ArgusError, match="index tile 'col' read in a loop before the loop redefines it"):
+        generate(build_source(src))
 
 
 def test_gemm_ws_structure() -> None:
@@ -134,7 +223,7 @@ def test_elementwise_kernel_vectorises_and_compiles() -> None:
     k = build_source(SCALE_ROWS)
     b = build(k, arch="sm_80", cache=False)
     src = b.generated.source
-    assert "ag_vec<float, 4>" in src and "exp2f(" in src
+    assert "ag_vec<float, 4>" in src and "ag_exp2f(" in src and "ex2.approx.ftz.f32" in src
     assert b.generated.min_sm == 80 and b.generated.smem_bytes == 0
 
 
@@ -202,3 +291,15 @@ def test_cli_build_error_is_rendered_at_the_source(capsys) -> None:
     assert main(["build", "examples/gemm.arg", "--arch", "sm_80", "-o", os.devnull]) == 1
     err = capsys.readouterr().err
     assert "examples/gemm.arg:27:15: error" in err and "acc = mma(" in err
+
+
+def test_index_tile_defined_under_a_runtime_branch_is_refused_after_it() -> None:
+    src = ROWS_KERNEL.replace("""    col = arange(64)
+""", """    col = arange(64)
+    if N > 32:
+        col = arange(64) + 1
+""")
+    with pytest.raises(ArgusError, match="index tile 'col' here: which definition is in force depends on a branch"):
+        generate(build_source(src))
+    # a compile-time branch is fine: its definition is the one in force
+    generate(build_source(src.replace("if N > 32:", "if True:")))

@@ -7,11 +7,30 @@ n <= 256. Shapes the instruction cannot tile are errors at the `mma`, with the r
 
 Register tiles: every tile-valued `Let`, and the register value of every `Store` / `Copy`, gets a
 RegLayout. Tiles connected by elementwise arithmetic (and an `mma`'s accumulator with its result)
-share one layout; a group containing an mma accumulator takes the mma's fragment, any other group
-the "blocked" layout. `fragment_of` turns a RegLayout into the (thread, slot) -> (row, col) map
-(argus/ir/fragments.py) that the code generator distributes registers by. A group that would need
-two different fragments keeps no layout (the code generator reports it); this pass never rejects a
-program the interpreter can run.
+share one layout; a group containing an mma accumulator takes the mma's fragment ("mma"), any other
+group the "blocked" layout, except two kinds of 1-D tiles:
+
+* "index": every definition is arange arithmetic on scalars (`kpos = j * BKV + arange(BKV)`). Such a
+  tile has no registers: the code generator evaluates it where it is read, from the (row, col) of the
+  fragment slot being computed (`kpos[None, :]` -> the slot's column, `qpos[:, None]` -> its row).
+* "rows": the result of a row reduction (`max(sc, axis=1)`) of an mma fragment tile, or a vector
+  broadcast along the rows of one (`alpha[:, None]` in `acc * alpha[:, None]`), and the tiles
+  connected to those (FlashAttention's m, l, alpha, m_new): the row slice of the fragment
+  (fragments.slice_fragment): each thread holds the rows it owns (wgmma m64nN: 2 rows per 64-row
+  slab), and a reduction is a per-thread reduction over the slots of each row followed by
+  `shfl.xor` across the lanes sharing the row (derived from the fragment's layout modes, checked
+  against its tables). Canonical per split of M: accumulators of different widths share it.
+
+Rows must then be whole in a warp (warpgroup): an mma whose result is reduced along rows, combined
+with a row vector, or used as the register A operand of another mma gets warps (warpgroups) that
+split M only (an error at the mma if the shape does not allow it). An mma whose A operand is a
+register tile needs that tile's fragment to hold, in every thread, the instruction's A-fragment
+elements (fragments.register_operand_map, from the tables): true for an accumulator of an mma with
+the same split of M (FlashAttention's P); otherwise an error at the mma.
+
+`fragment_of` turns a RegLayout into the (thread, slot) -> (row, col) map (argus/ir/fragments.py)
+that the code generator distributes registers by. A group that would need two different fragments
+keeps no layout (the code generator reports it).
 
 Shared buffers: `shared_tile_layout` is the one definition of where element (r, c) of the 2-D tile
 of a buffer lives (the last two axes; leading axes, e.g. pipeline stages, are whole tiles in
@@ -23,10 +42,21 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 from argus.dsl.diagnostics import error
 from argus.dsl.types import DType, TileT
 from argus.ir import nodes as ir
-from argus.ir.fragments import Fragment, mma_sync_block_fragment, smem_tile_layout, wgmma_block_fragment
+from argus.ir.fragments import (
+    Fragment,
+    Slice,
+    mma_sync_block_fragment,
+    register_operand_map,
+    slice_fragment,
+    smem_tile_layout,
+    wgmma_block_a_fragment,
+    wgmma_block_fragment,
+)
 from argus.ir.layout import Layout
 from argus.ir.swizzle import ComposedLayout, Swizzle, smem_swizzle
 from argus.ir.transform import rewrite
@@ -36,7 +66,7 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _mma_sync_layout(m: int, n: int, k: int, threads: int, span) -> ir.FragmentLayout:
+def _mma_sync_layout(m: int, n: int, k: int, threads: int, span, whole_rows: bool = False) -> ir.FragmentLayout:
     warps = threads // 32
     if m % 16 or n % 8 or k % 16:
         raise error("mma-shape", f"mma.sync m16n8k16 cannot tile [{m}, {k}] @ [{k}, {n}]", span,
@@ -44,19 +74,24 @@ def _mma_sync_layout(m: int, n: int, k: int, threads: int, span) -> ir.FragmentL
     best = None
     for wm in _divisors(warps):
         wn = warps // wm
-        if m % (16 * wm) or n % (8 * wn):
+        if m % (16 * wm) or n % (8 * wn) or (whole_rows and wn != 1):
             continue
         tm, tn = m // wm, n // wn
         score = abs(tm - tn)  # squarest warp tile: best operand reuse per warp
         if best is None or score < best[0]:
             best = (score, wm, wn)
+    if best is None and whole_rows:
+        raise error("mma-shape", f"{warps} warps cannot each own whole rows of a {m}x{n} mma.sync tile", span,
+                    "its rows are reduced or feed a register A operand, so the warps split M only: make M a "
+                    "multiple of 16 x warps")
     if best is None:
         raise error("mma-shape", f"{warps} warps cannot split a {m}x{n} mma.sync tile evenly", span,
                     "change the tile or the thread count so each warp gets a multiple of 16x8")
     return ir.FragmentLayout("mma.sync", (m, n), best[1], best[2], (16, 8, 16))
 
 
-def _wgmma_layout(m: int, n: int, k: int, threads: int, b_in_regs: bool, span) -> ir.FragmentLayout:
+def _wgmma_layout(m: int, n: int, k: int, threads: int, b_in_regs: bool, span,
+                  whole_rows: bool = False) -> ir.FragmentLayout:
     if threads % 128:
         raise error("mma-shape", f"wgmma needs whole warpgroups (128 threads); this block has {threads}", span,
                     "launch with warpgroups=N or threads a multiple of 128")
@@ -68,6 +103,10 @@ def _wgmma_layout(m: int, n: int, k: int, threads: int, b_in_regs: bool, span) -
         raise error("mma-shape", f"wgmma k16 cannot tile K={k}", span, "K must be a multiple of 16")
     if m % (64 * groups) == 0:
         gm, gn = groups, 1
+    elif whole_rows:
+        raise error("mma-shape", f"{groups} warpgroups cannot each own whole rows of a {m}x{n} wgmma tile", span,
+                    "its rows are reduced or feed a register A operand, so the warpgroups split M only: make M "
+                    "a multiple of 64 x warpgroups")
     elif m == 64 and n % (8 * groups) == 0:
         gm, gn = 1, groups
     else:
@@ -83,27 +122,39 @@ def _wgmma_layout(m: int, n: int, k: int, threads: int, b_in_regs: bool, span) -
 
 
 def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
-    def fix_stmt_threads(stmts, threads):
+    def mma_layout(node: ir.Mma, t: int, whole_rows: bool) -> ir.Mma:
+        (m, k), n = _shape2(node.a), _shape2(node.b)[1]
+        whole_rows = whole_rows or not isinstance(node.a, ir.Ref)  # a register A: rows whole per warp(group)
+        if node.instr == "wgmma":
+            lay = _wgmma_layout(m, n, k, t, not isinstance(node.b, ir.Ref), node.span, whole_rows)
+        else:
+            lay = _mma_sync_layout(m, n, k, t, node.span, whole_rows)
+        return dataclasses.replace(node, layout=lay)
+
+    def fix(stmts, t: int, rows: set[str]):
         res = []
         for s in stmts:
-            t = s.warpgroups * 128 if isinstance(s, ir.Role) else threads
-
-            def fn(node, t=t):
-                if isinstance(node, ir.Mma) and node.layout is None:
-                    (m, k), n = _shape2(node.a), _shape2(node.b)[1]
-                    if node.instr == "wgmma":
-                        lay = _wgmma_layout(m, n, k, t, not isinstance(node.b, ir.Ref), node.span)
-                    else:
-                        lay = _mma_sync_layout(m, n, k, t, node.span)
-                    return dataclasses.replace(node, layout=lay)
-                return None
             if isinstance(s, ir.Role):
-                res.append(dataclasses.replace(s, body=fix_stmt_threads(s.body, t)))
-            else:
-                res.append(rewrite(s, fn))
+                res.append(scope(s, s.warpgroups * 128))
+                continue
+            changes = {f: fix(getattr(s, f), t, rows) for f in ("body", "then", "orelse") if hasattr(s, f)}
+            s = dataclasses.replace(s, **changes) if changes else s
+            whole = isinstance(s, ir.Let) and s.name in rows
+
+            def fn(node, whole=whole):
+                if isinstance(node, ir.Mma) and node.layout is None:
+                    return mma_layout(node, t, whole)
+                return None
+            res.append(rewrite(s, fn))
         return tuple(res)
-    kernel = dataclasses.replace(kernel, body=fix_stmt_threads(kernel.body, kernel.threads))
-    return assign_tile_layouts(kernel)
+
+    def scope(role: ir.Role, t: int) -> ir.Role:
+        return dataclasses.replace(role, body=fix(role.body, t, _whole_row_names(role.body)))
+
+    kernel = dataclasses.replace(kernel, body=fix(kernel.body, kernel.threads, _whole_row_names(kernel.body)))
+    kernel = assign_tile_layouts(kernel)
+    _check_register_operands(kernel)
+    return kernel
 
 
 def _shape2(x) -> tuple[int, int]:
@@ -135,6 +186,14 @@ def fragment_of(lay: ir.RegLayout) -> Fragment:
         if f.instr == "wgmma":
             return wgmma_block_fragment(m, n, f.warps_m, f.warps_n, instr_n=f.inst_shape[1])
         return mma_sync_block_fragment("C", m, n, 16, f.warps_m, f.warps_n)
+    if lay.kind == "rows":
+        return slice_fragment(fragment_of(mma_reg_layout(lay.mma, lay.threads)), 0).fragment
+    if lay.kind == "index":
+        return blocked_fragment(ir.RegLayout("blocked", lay.shape, lay.threads, None, 1))
+    return blocked_fragment(lay)
+
+
+def blocked_fragment(lay: ir.RegLayout) -> Fragment:
     rows, cols = (1, lay.shape[0]) if len(lay.shape) == 1 else lay.shape[-2:]
     if len(lay.shape) > 2:
         raise ValueError(f"register tiles have 1 or 2 axes, got {lay.shape}")
@@ -153,8 +212,7 @@ def replicas(lay: ir.RegLayout) -> int:
     """How many threads hold each element (only the first of them stores it)."""
     if lay.kind == "mma":
         return 1
-    f = fragment_of(lay)
-    return f.row.shape[0][2]
+    return int(fragment_of(lay).count_table().max())
 
 
 def _tile_vars(e, out: set[str]) -> set[str]:
@@ -232,17 +290,37 @@ def _scope_stmts(body):
                 yield from _scope_stmts(getattr(s, f))
 
 
-def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...]:
+def _reach(e, out: list) -> list:
+    """Reduce, Reshape and Mma nodes at elementwise reach of `e` (the nodes where _tile_vars stops)."""
+    if isinstance(e, (ir.Reduce, ir.Reshape, ir.Mma)):
+        out.append(e)
+        if isinstance(e, ir.Mma):
+            _reach(e.acc, out)
+    elif isinstance(e, ir.Expr) and not isinstance(e, (ir.Transpose, ir.Lambda, ir.ElemTag)):
+        for f in dataclasses.fields(e):
+            if f.name not in ("span", "type"):
+                v = getattr(e, f.name)
+                for x in v if isinstance(v, tuple) else (v,):
+                    if isinstance(x, ir.Expr):
+                        _reach(x, out)
+    return out
+
+
+def _stmt_value(s):
+    value = s.value if isinstance(s, (ir.Let, ir.Store)) else s.src if isinstance(s, ir.Copy) else None
+    if not isinstance(getattr(value, "type", None), TileT) or isinstance(value, ir.Ref):
+        return None
+    return value
+
+
+def _build_groups(body: tuple[ir.Stmt, ...]) -> tuple[_Groups, dict[int, str]]:
+    """Union the register tiles of one scope that share a layout; id(stmt) -> a name in its group."""
     g = _Groups()
+    keys: dict[int, str] = {}
     anon = 0
-    keys: dict[int, str] = {}  # id(stmt) -> a name in its group
-
-    def value_bytes(e) -> int:
-        return e.type.dtype.bytes if isinstance(getattr(e, "type", None), TileT) else 4
-
     for s in _scope_stmts(body):
-        value = s.value if isinstance(s, (ir.Let, ir.Store)) else s.src if isinstance(s, ir.Copy) else None
-        if not isinstance(getattr(value, "type", None), TileT) or isinstance(value, ir.Ref):
+        value = _stmt_value(s)
+        if value is None:
             continue
         names = sorted(_tile_vars(value, set()))
         if isinstance(s, ir.Let):
@@ -252,10 +330,146 @@ def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...
             names = [f"#{anon}", *names]
         root = g.union(names)
         keys[id(s)] = names[0]
-        g.note(root, value.type.shape, value_bytes(value))
-        mma = _mma_of(value)
+        g.note(root, value.type.shape, value.type.dtype.bytes)
+    return g, keys
+
+
+def _nodes_in(e, out: list) -> list:
+    """Every expression node under `e` (including e), operands of mma and reductions too."""
+    if isinstance(e, ir.Expr):
+        out.append(e)
+        for f in dataclasses.fields(e):
+            if f.name not in ("span", "type"):
+                v = getattr(e, f.name)
+                for x in v if isinstance(v, tuple) else (v,):
+                    _nodes_in(x, out)
+    return out
+
+
+def _whole_row_names(body: tuple[ir.Stmt, ...]) -> set[str]:
+    """Tiles whose rows each warp (warpgroup) must hold whole: those reduced along their rows, combined
+    with a broadcast row vector, or used as the register A operand of an mma (and their groups)."""
+    g, keys = _build_groups(body)
+    marked: set[str] = set()
+    for s in _scope_stmts(body):
+        value = _stmt_value(s)
+        if value is None:
+            continue
+        for node in _nodes_in(value, []):
+            if isinstance(node, ir.Reduce) and len(node.x.type.shape) == 2 and node.axis == 1:
+                marked |= {g.find(n) for n in _tile_vars(node.x, set())}
+            if isinstance(node, ir.Mma) and not isinstance(node.a, ir.Ref):
+                marked |= {g.find(n) for n in _tile_vars(node.a, set())}
+        for node in _reach(value, []):
+            if isinstance(node, ir.Reshape) and len(node.type.shape) == 2 and node.type.shape[1] == 1 \
+                    and len(value.type.shape) == 2:
+                marked.add(g.find(keys[id(s)]))
+            if isinstance(node, ir.Mma) and not isinstance(node.a, ir.Ref):
+                marked.add(g.find(keys[id(s)]))
+    return {n for n in g.parent if g.find(n) in marked}
+
+
+def rows_reg_layout(lay: ir.RegLayout) -> ir.RegLayout | None:
+    """The rows of an mma-fragment tile as a 1-D register tile ("rows": each thread holds the rows it
+    owns in the fragment), or None when threads of several warps share a row. Canonical: the same for
+    every mma with the same split of M (the fragment's columns do not matter)."""
+    if lay.kind != "mma" or lay.mma is None:
+        return None
+    f = lay.mma
+    n0 = 8 * f.warps_n
+    canon = ir.FragmentLayout(f.instr, (f.tile[0], n0), f.warps_m, f.warps_n, (f.inst_shape[0], 8, f.inst_shape[2]))
+    try:
+        slice_fragment(fragment_of(mma_reg_layout(canon, lay.threads)), 0)
+    except ValueError:
+        return None
+    return ir.RegLayout("rows", (f.tile[0],), lay.threads, canon)
+
+
+def rows_slice(lay: ir.RegLayout) -> Slice:
+    """The Slice (fragments.slice_fragment) of the rows of an mma-fragment tile; ValueError if none."""
+    if lay.kind != "mma":
+        raise ValueError("only tiles with an mma fragment layout have row slices")
+    return slice_fragment(fragment_of(lay), 0)
+
+
+_INDEX_NODES = (ir.Arange, ir.Full, ir.Const, ir.Special, ir.Bin, ir.Un, ir.Cmp, ir.Select, ir.Tag, ir.Var)
+
+
+def _index_pure(e, index_names: set[str]) -> bool:
+    """`e` is computed from arange, constants and scalars only (an index tile: no registers needed)."""
+    if isinstance(e, ir.Math):
+        return e.fn not in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt") and \
+            all(_index_pure(a, index_names) for a in e.args)
+    if not isinstance(e, _INDEX_NODES):
+        return False
+    if isinstance(e, ir.Var):
+        return not isinstance(e.type, TileT) or e.name in index_names
+    if isinstance(e, ir.Tag):
+        return _index_pure(e.x, index_names)
+    for f in dataclasses.fields(e):
+        if f.name not in ("span", "type"):
+            v = getattr(e, f.name)
+            for x in v if isinstance(v, tuple) else (v,):
+                if isinstance(x, ir.Expr) and not _index_pure(x, index_names):
+                    return False
+    return True
+
+
+def _index_groups(body, g: _Groups) -> set[str]:
+    """Roots of the 1-D groups whose every definition is index-pure and that never read themselves."""
+    lets: dict[str, list] = {}
+    for s in _scope_stmts(body):
+        if isinstance(s, ir.Let) and isinstance(s.value.type, TileT):
+            lets.setdefault(g.find(s.name), []).append(s)
+    cand = {r for r, ss in lets.items() if len(ss[0].value.type.shape) == 1}
+    while True:
+        names = {n for n in g.parent if g.find(n) in cand}
+        drop = {r for r in cand for s in lets[r]
+                if not _index_pure(s.value, names - {n for n in names if g.find(n) == r})}
+        if not drop:
+            return cand
+        cand -= drop
+
+
+def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...]:
+    g, keys = _build_groups(body)
+    for s in _scope_stmts(body):
+        value = _stmt_value(s)
+        mma = _mma_of(value) if value is not None else None
         if mma is not None and mma.layout is not None:
-            g.fix(root, mma_reg_layout(mma.layout, threads))
+            g.fix(g.find(keys[id(s)]), mma_reg_layout(mma.layout, threads))
+    index = _index_groups(body, g)
+
+    def group_layout(root: str) -> ir.RegLayout | None:
+        return g.fixed.get(root) if root in g.fixed else None
+
+    # 1-D tiles tied to the rows of an mma fragment: results of row reductions, broadcast row vectors
+    rows: dict[str, ir.RegLayout | None] = {}
+
+    def tie(root: str, lay: ir.RegLayout | None) -> None:
+        if root in index or root in g.fixed or lay is None:
+            return
+        if root in rows and rows[root] != lay:
+            rows[root] = None
+        else:
+            rows[root] = lay
+
+    for s in _scope_stmts(body):
+        value = _stmt_value(s)
+        if value is None:
+            continue
+        here = group_layout(g.find(keys[id(s)]))
+        for node in _reach(value, []):
+            if isinstance(node, ir.Reduce) and len(node.x.type.shape) == 2 and node.axis == 1 \
+                    and len(value.type.shape) == 1:
+                src = {group_layout(g.find(n)) for n in _tile_vars(node.x, set())}
+                if len(src) == 1:
+                    (lay,) = src
+                    tie(g.find(keys[id(s)]), rows_reg_layout(lay) if lay is not None else None)
+            if isinstance(node, ir.Reshape) and len(node.type.shape) == 2 and node.type.shape[1] == 1 \
+                    and here is not None:
+                for n in _tile_vars(node.x, set()):
+                    tie(g.find(n), rows_reg_layout(here))
 
     def layout_of(s) -> ir.RegLayout | None:
         if id(s) not in keys:
@@ -264,6 +478,10 @@ def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...
         if root in g.fixed:
             return g.fixed[root]
         shape, nbytes = g.shape[root]
+        if root in index:
+            return ir.RegLayout("index", tuple(shape), threads)
+        if rows.get(root) is not None:
+            return rows[root]
         return blocked_reg_layout(shape, threads, nbytes)
 
     def fix(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
@@ -280,6 +498,60 @@ def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...
         return tuple(out)
 
     return fix(body)
+
+
+def register_a_fragment(m: ir.Mma) -> Fragment:
+    """The fragment an mma wants its register A operand in (its (M, K) tile over the block's threads)."""
+    lay = m.layout
+    (mm, kk) = m.a.type.shape
+    if lay.instr == "wgmma":
+        return wgmma_block_a_fragment(mm, kk, lay.warps_m)
+    return mma_sync_block_fragment("A", mm, lay.tile[1], kk, lay.warps_m, lay.warps_n)
+
+
+def register_a_map(m: ir.Mma, src: ir.RegLayout) -> np.ndarray | None:
+    """Slot of the A operand's register tile (layout `src`) for every slot of register_a_fragment(m)."""
+    if src.kind != "mma":
+        return None
+    return register_operand_map(fragment_of(src), register_a_fragment(m))
+
+
+def _check_register_operands(kernel: ir.Kernel) -> None:
+    """An mma whose A operand is a register tile needs it in the A-fragment layout of the instruction,
+    element for element in the same thread: true for an accumulator of an mma with the same warp
+    (group) split over M (fragments.register_operand_map proves it from the tables)."""
+
+    def scope(body, threads: int) -> None:
+        lays: dict[str, ir.RegLayout] = {}
+        for s in _scope_stmts(body):
+            if isinstance(s, ir.Let) and s.layout is not None:
+                lays.setdefault(s.name, s.layout)
+        for s in _scope_stmts(body):
+            value = _stmt_value(s)
+            for node in _nodes_in(value, []) if value is not None else ():
+                if not isinstance(node, ir.Mma) or isinstance(node.a, ir.Ref) or node.layout is None:
+                    continue
+                src = {lays.get(n) for n in _tile_vars(node.a, set())}
+                why = None
+                if len(src) != 1 or None in src:
+                    why = "its register tiles have no single layout"
+                else:
+                    (lay,) = src
+                    if lay.kind != "mma":
+                        why = "it is not an mma accumulator"
+                    elif register_a_map(node, lay) is None:
+                        why = (f"its layout ({lay.mma.instr} {lay.mma.warps_m}x{lay.mma.warps_n} over "
+                               f"{lay.mma.tile[0]}x{lay.mma.tile[1]}) does not give each thread the A elements the "
+                               f"instruction wants ({node.layout.warps_m}x{node.layout.warps_n})")
+                if why is not None:
+                    raise error("mma-layout", f"the register A operand of this mma cannot be used in place: {why}",
+                                node.span, "compute A with an mma whose warps (warpgroups) split M the same way, "
+                                "or stage it through a shared buffer")
+
+    scope(kernel.body, kernel.threads)
+    for s in kernel.body:
+        if isinstance(s, ir.Role):
+            scope(s.body, s.warpgroups * 128)
 
 
 def assign_tile_layouts(kernel: ir.Kernel) -> ir.Kernel:

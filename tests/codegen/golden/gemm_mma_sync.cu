@@ -102,27 +102,31 @@ gemm(
 #line 22 "examples/gemm.arg"
     s__pf = 0;
 #line 23 "examples/gemm.arg"
-    // copy_async: 128x64 bf16 in 1024 vectors of 8, 4 per thread
+    // copy_async: 128x64 bf16 in 4 vectors of 8 per thread, 32 rows apart (+4096 B in shared memory)
     {
       const long long ag_g1 = (long long)((bm * 128)) * A_s0 + (long long)(0);
+      const int ag_r0 = ag_tid / 8, ag_c = ag_tid % 8 * 8;
+      const ag_u32 ag_sa = (ag_smem + 0u + (ag_u32)((s__pf) * 8192 + ag_swizzle<6, 3, 7>(ag_r0 * 64 + ag_c)) * 2u);
+      const __nv_bfloat16* const ag_ga = A + ag_g1 + (long long)(ag_r0) * A_s0 + (ag_c);
       #pragma unroll
       for (int ag_j = 0; ag_j < 4; ++ag_j) {
-        const int ag_q = ag_tid + ag_j * 256;
-        const int ag_r = ag_q / 8, ag_c = ag_q % 8 * 8;
+        const int ag_r = ag_r0 + ag_j * 32;
         const int ag_n = (((bm * 128) + ag_r) < M && (0 + ag_c) < K) ? min(16, (K - (0 + ag_c)) * 2) : 0;
-        ag_cp_async16((ag_smem + 0u + (ag_u32)((s__pf) * 8192 + ag_swizzle<6, 3, 7>(ag_r * 64 + ag_c)) * 2u), ag_n > 0 ? (const void*)(A + ag_g1 + (long long)(ag_r) * A_s0 + (ag_c)) : (const void*)A, ag_n);
+        ag_cp_async16(ag_sa + (ag_u32)ag_j * 4096u, ag_n > 0 ? (const void*)(ag_ga + (long long)(ag_j * 32) * A_s0) : (const void*)A, ag_n);
       }
     }
 #line 24 "examples/gemm.arg"
-    // copy_async: 64x128 bf16 in 1024 vectors of 8, 4 per thread
+    // copy_async: 64x128 bf16 in 4 vectors of 8 per thread, 16 rows apart (+2048 B in shared memory)
     {
       const long long ag_g2 = (long long)(0) * B_s0 + (long long)((bn * 128));
+      const int ag_r0 = ag_tid / 16, ag_c = ag_tid % 16 * 8;
+      const ag_u32 ag_sa = (ag_smem + 49152u + (ag_u32)((s__pf) * 8192 + ag_swizzle<6, 3, 7>(ag_r0 * 64 + ag_c % 64 + (ag_c / 64) * 4096)) * 2u);
+      const __nv_bfloat16* const ag_ga = B + ag_g2 + (long long)(ag_r0) * B_s0 + (ag_c);
       #pragma unroll
       for (int ag_j = 0; ag_j < 4; ++ag_j) {
-        const int ag_q = ag_tid + ag_j * 256;
-        const int ag_r = ag_q / 16, ag_c = ag_q % 16 * 8;
+        const int ag_r = ag_r0 + ag_j * 16;
         const int ag_n = ((0 + ag_r) < K && ((bn * 128) + ag_c) < N) ? min(16, (N - ((bn * 128) + ag_c)) * 2) : 0;
-        ag_cp_async16((ag_smem + 49152u + (ag_u32)((s__pf) * 8192 + ag_swizzle<6, 3, 7>(ag_r * 64 + ag_c % 64 + (ag_c / 64) * 4096)) * 2u), ag_n > 0 ? (const void*)(B + ag_g2 + (long long)(ag_r) * B_s0 + (ag_c)) : (const void*)B, ag_n);
+        ag_cp_async16(ag_sa + (ag_u32)ag_j * 2048u, ag_n > 0 ? (const void*)(ag_ga + (long long)(ag_j * 16) * B_s0) : (const void*)B, ag_n);
       }
     }
   }
@@ -133,27 +137,31 @@ gemm(
 #line 22 "examples/gemm.arg"
     s__pf = 1;
 #line 23 "examples/gemm.arg"
-    // copy_async: 128x64 bf16 in 1024 vectors of 8, 4 per thread
+    // copy_async: 128x64 bf16 in 4 vectors of 8 per thread, 32 rows apart (+4096 B in shared memory)
     {
       const long long ag_g3 = (long long)((bm * 128)) * A_s0 + (long long)(64);
+      const int ag_r0 = ag_tid / 8, ag_c = ag_tid % 8 * 8;
+      const ag_u32 ag_sa = (ag_smem + 0u + (ag_u32)((s__pf) * 8192 + ag_swizzle<6, 3, 7>(ag_r0 * 64 + ag_c)) * 2u);
+      const __nv_bfloat16* const ag_ga = A + ag_g3 + (long long)(ag_r0) * A_s0 + (ag_c);
       #pragma unroll
       for (int ag_j = 0; ag_j < 4; ++ag_j) {
-        const int ag_q = ag_tid + ag_j * 256;
-        const int ag_r = ag_q / 8, ag_c = ag_q % 8 * 8;
+        const int ag_r = ag_r0 + ag_j * 32;
         const int ag_n = (((bm * 128) + ag_r) < M && (64 + ag_c) < K) ? min(16, (K - (64 + ag_c)) * 2) : 0;
-        ag_cp_async16((ag_smem + 0u + (ag_u32)((s__pf) * 8192 + ag_swizzle<6, 3, 7>(ag_r * 64 + ag_c)) * 2u), ag_n > 0 ? (const void*)(A + ag_g3 + (long long)(ag_r) * A_s0 + (ag_c)) : (const void*)A, ag_n);
+        ag_cp_async16(ag_sa + (ag_u32)ag_j * 4096u, ag_n > 0 ? (const void*)(ag_ga + (long long)(ag_j * 32) * A_s0) : (const void*)A, ag_n);
       }
     }
 #line 24 "examples/gemm.arg"
-    // copy_async: 64x128 bf16 in 1024 vectors of 8, 4 per thread
+    // copy_async: 64x128 bf16 in 4 vectors of 8 per thread, 16 rows apart (+2048 B in shared memory)
     {
       const long long ag_g4 = (long long)(64) * B_s0 + (long long)((bn * 128));
+      const int ag_r0 = ag_tid / 16, ag_c = ag_tid % 16 * 8;
+      const ag_u32 ag_sa = (ag_smem + 49152u + (ag_u32)((s__pf) * 8192 + ag_swizzle<6, 3, 7>(ag_r0 * 64 + ag_c % 64 + (ag_c / 64) * 4096)) * 2u);
+      const __nv_bfloat16* const ag_ga = B + ag_g4 + (long long)(ag_r0) * B_s0 + (ag_c);
       #pragma unroll
       for (int ag_j = 0; ag_j < 4; ++ag_j) {
-        const int ag_q = ag_tid + ag_j * 256;
-        const int ag_r = ag_q / 16, ag_c = ag_q % 16 * 8;
+        const int ag_r = ag_r0 + ag_j * 16;
         const int ag_n = ((64 + ag_r) < K && ((bn * 128) + ag_c) < N) ? min(16, (N - ((bn * 128) + ag_c)) * 2) : 0;
-        ag_cp_async16((ag_smem + 49152u + (ag_u32)((s__pf) * 8192 + ag_swizzle<6, 3, 7>(ag_r * 64 + ag_c % 64 + (ag_c / 64) * 4096)) * 2u), ag_n > 0 ? (const void*)(B + ag_g4 + (long long)(ag_r) * B_s0 + (ag_c)) : (const void*)B, ag_n);
+        ag_cp_async16(ag_sa + (ag_u32)ag_j * 2048u, ag_n > 0 ? (const void*)(ag_ga + (long long)(ag_j * 16) * B_s0) : (const void*)B, ag_n);
       }
     }
   }
@@ -167,27 +175,31 @@ gemm(
 #line 22 "examples/gemm.arg"
     s__pf = ((k + 2) % 3);
 #line 23 "examples/gemm.arg"
-    // copy_async: 128x64 bf16 in 1024 vectors of 8, 4 per thread
+    // copy_async: 128x64 bf16 in 4 vectors of 8 per thread, 32 rows apart (+4096 B in shared memory)
     {
       const long long ag_g5 = (long long)((bm * 128)) * A_s0 + (long long)(((k + 2) * 64));
+      const int ag_r0 = ag_tid / 8, ag_c = ag_tid % 8 * 8;
+      const ag_u32 ag_sa = (ag_smem + 0u + (ag_u32)((s__pf) * 8192 + ag_swizzle<6, 3, 7>(ag_r0 * 64 + ag_c)) * 2u);
+      const __nv_bfloat16* const ag_ga = A + ag_g5 + (long long)(ag_r0) * A_s0 + (ag_c);
       #pragma unroll
       for (int ag_j = 0; ag_j < 4; ++ag_j) {
-        const int ag_q = ag_tid + ag_j * 256;
-        const int ag_r = ag_q / 8, ag_c = ag_q % 8 * 8;
+        const int ag_r = ag_r0 + ag_j * 32;
         const int ag_n = (((bm * 128) + ag_r) < M && (((k + 2) * 64) + ag_c) < K) ? min(16, (K - (((k + 2) * 64) + ag_c)) * 2) : 0;
-        ag_cp_async16((ag_smem + 0u + (ag_u32)((s__pf) * 8192 + ag_swizzle<6, 3, 7>(ag_r * 64 + ag_c)) * 2u), ag_n > 0 ? (const void*)(A + ag_g5 + (long long)(ag_r) * A_s0 + (ag_c)) : (const void*)A, ag_n);
+        ag_cp_async16(ag_sa + (ag_u32)ag_j * 4096u, ag_n > 0 ? (const void*)(ag_ga + (long long)(ag_j * 32) * A_s0) : (const void*)A, ag_n);
       }
     }
 #line 24 "examples/gemm.arg"
-    // copy_async: 64x128 bf16 in 1024 vectors of 8, 4 per thread
+    // copy_async: 64x128 bf16 in 4 vectors of 8 per thread, 16 rows apart (+2048 B in shared memory)
     {
       const long long ag_g6 = (long long)(((k + 2) * 64)) * B_s0 + (long long)((bn * 128));
+      const int ag_r0 = ag_tid / 16, ag_c = ag_tid % 16 * 8;
+      const ag_u32 ag_sa = (ag_smem + 49152u + (ag_u32)((s__pf) * 8192 + ag_swizzle<6, 3, 7>(ag_r0 * 64 + ag_c % 64 + (ag_c / 64) * 4096)) * 2u);
+      const __nv_bfloat16* const ag_ga = B + ag_g6 + (long long)(ag_r0) * B_s0 + (ag_c);
       #pragma unroll
       for (int ag_j = 0; ag_j < 4; ++ag_j) {
-        const int ag_q = ag_tid + ag_j * 256;
-        const int ag_r = ag_q / 16, ag_c = ag_q % 16 * 8;
+        const int ag_r = ag_r0 + ag_j * 16;
         const int ag_n = ((((k + 2) * 64) + ag_r) < K && ((bn * 128) + ag_c) < N) ? min(16, (N - ((bn * 128) + ag_c)) * 2) : 0;
-        ag_cp_async16((ag_smem + 49152u + (ag_u32)((s__pf) * 8192 + ag_swizzle<6, 3, 7>(ag_r * 64 + ag_c % 64 + (ag_c / 64) * 4096)) * 2u), ag_n > 0 ? (const void*)(B + ag_g6 + (long long)(ag_r) * B_s0 + (ag_c)) : (const void*)B, ag_n);
+        ag_cp_async16(ag_sa + (ag_u32)ag_j * 2048u, ag_n > 0 ? (const void*)(ag_ga + (long long)(ag_j * 16) * B_s0) : (const void*)B, ag_n);
       }
     }
 #line 25 "examples/gemm.arg"

@@ -1,0 +1,61 @@
+"""What the benchmark scripts share.
+
+benchmarks/RESULTS.md holds one section per benchmark (GEMM, attention, MoE), each between markers
+`<!-- section:NAME -->` and `<!-- /section:NAME -->`, so a benchmark rewrites its own section only
+(`update_section`, `write_markdown`). `checked_variants` runs each variant's correctness check in a
+child process, so a faulting or hanging kernel costs only that variant.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ORDER = ("gemm", "attention", "moe")  # where a section that is not there yet goes
+
+
+def update_section(path: Path, name: str, markdown: str) -> None:
+    """Replace section `name` of `path` with `markdown` (or insert it in ORDER position)."""
+    text = path.read_text() if path.exists() else ""
+    start, end = f"<!-- section:{name} -->", f"<!-- /section:{name} -->"
+    block = f"{start}\n{markdown.rstrip()}\n{end}\n"
+    if start in text and end in text:
+        a, b = text.index(start), text.index(end) + len(end)
+        text = text[:a] + block.rstrip("\n") + text[b:]
+    else:
+        later = [n for n in ORDER[ORDER.index(name) + 1:] if f"<!-- section:{n} -->" in text] if name in ORDER else []
+        if later:
+            a = text.index(f"<!-- section:{later[0]} -->")
+            text = text[:a] + block + "\n" + text[a:]
+        else:
+            text = (text.rstrip("\n") + "\n\n" if text.strip() else "") + block
+    path.write_text(text)
+
+
+def write_markdown(dest: str, name: str, markdown: str) -> None:
+    """Print the section, and write it into RESULTS.md-like file `dest` ('-': stdout only)."""
+    if dest != "-":
+        update_section(Path(dest), name, markdown)
+    print(markdown)
+
+
+def checked_variants(script: str, variants: list, timeout: float) -> list:
+    """The variants whose `script --child-check KEY` exits 0; all children run at once."""
+    procs = {v.key: subprocess.Popen([sys.executable, script, "--child-check", v.key], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True) for v in variants}
+    kept = []
+    for v in variants:
+        try:
+            text, _ = procs[v.key].communicate(timeout=timeout)
+            print(text[-3000:], end="", flush=True)
+            ok = procs[v.key].returncode == 0
+        except subprocess.TimeoutExpired:
+            procs[v.key].kill()
+            print(f"[{v.key}] check timed out", flush=True)
+            ok = False
+        if ok:
+            kept.append(v)
+        else:
+            print(f"[{v.key}] excluded: it failed its correctness check", flush=True)
+    return kept

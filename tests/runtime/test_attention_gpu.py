@@ -1,0 +1,81 @@
+"""examples/flash_attention.arg on the GPU: generated CUDA against the float64 reference.
+
+Each case draws fresh random inputs (argus.interp.run.make_arrays: normal values, never zeros), poisons
+O with NaN, launches once and compares with the kernel's `reference:` block evaluated in float64 (the
+interpreter's criterion, argus.runtime.bench.check_on_gpu). Cases cover head dims 64 and 128, causal
+and not, GROUP 1 and 4 (grouped-query attention), sequence lengths that are not tile multiples, SQ !=
+SKV both ways, and the mma.sync variant. Marked `gpu`: skipped without a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("cuda.bindings.driver")
+
+from argus.ir.build import build_file  # noqa: E402
+from tests.conftest import EXAMPLES  # noqa: E402
+from tests.runtime.test_driver_gpu import ARCH, gpu  # noqa: E402
+
+FA = EXAMPLES / "flash_attention.arg"
+
+# (params, (B, HKV, SQ, SKV))
+CASES = [
+    ({"HD": 128}, (2, 3, 256, 256)),
+    ({"HD": 128}, (1, 2, 200, 333)),
+    ({"HD": 64}, (2, 2, 333, 200)),
+    ({"HD": 64, "BKV": 64, "CAUSAL": True}, (1, 2, 333, 517)),
+    ({"HD": 128, "CAUSAL": True}, (1, 2, 200, 333)),
+    ({"HD": 64, "CAUSAL": True}, (2, 2, 256, 256)),
+    ({"HD": 128, "GROUP": 4}, (1, 2, 200, 333)),
+    ({"HD": 64, "GROUP": 4, "CAUSAL": True}, (1, 1, 333, 200)),  # SQ > SKV: the first rows see no key (NaN)
+    ({"HD": 128, "CAUSAL": True, "GROUP": 4}, (2, 1, 129, 1000)),
+    ({"HD": 128, "BKV": 128}, (1, 2, 200, 333)),
+    ({"HD": 128, "BQ": 64, "WARPGROUPS": 1}, (1, 2, 200, 333)),
+    ({"HD": 64, "BQ": 192, "WARPGROUPS": 3, "CAUSAL": True}, (1, 2, 400, 333)),
+    ({"HD": 64, "MMA": "mma.sync"}, (1, 2, 200, 333)),
+    ({"HD": 128, "MMA": "mma.sync", "CAUSAL": True, "GROUP": 4}, (1, 1, 200, 333)),
+]
+
+
+def _build(params: dict):
+    from argus.codegen.compile import build
+
+    return build(build_file(FA, params), arch=ARCH)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm_cache() -> None:
+    """Compile every case in parallel processes first (the disk cache then serves the tests)."""
+    if ARCH is None:
+        return
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    with cf.ProcessPoolExecutor(max_workers=8, mp_context=mp.get_context("spawn")) as pool:
+        list(pool.map(_warm_one, [p for p, _ in CASES]))
+
+
+def _warm_one(params: dict) -> None:
+    _build(params)
+
+
+def _id(case) -> str:
+    params, (b, hkv, sq, skv) = case
+    return "-".join(f"{k}={v}" for k, v in params.items()) + f"-B{b}-HKV{hkv}-{sq}x{skv}"
+
+
+@gpu
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+def test_flash_attention_on_gpu(case) -> None:
+    from argus.runtime.bench import check_on_gpu
+    from argus.runtime.launch import GpuKernel
+
+    params, (b, hkv, sq, skv) = case
+    group = int(params.get("GROUP", 1))
+    dims = {"B": b, "H": hkv * group, "HKV": hkv, "SQ": sq, "SKV": skv, "D": int(params["HD"])}
+    gk = GpuKernel(_build(params), 0)
+    for seed in (1, 2):
+        checks, _ = check_on_gpu(gk, dims, seed=seed + sq + skv)
+        for c in checks:
+            assert c.ok, f"{_id(case)} seed {seed}: {c.describe()}"
