@@ -106,6 +106,44 @@ EXIT_UNKNOWN = 2
 
 
 def cmd_check(args) -> int:
+    """One kernel (--kernel, or a file holding one); a file of several kernels checks each in turn:
+    the exit status is the worst of theirs (violated > unknown > verified)."""
+    if args.kernel is None:
+        from argus.dsl.parser import parse_file
+
+        kernels = parse_file(args.file).kernels
+        if len(kernels) > 1:
+            import copy
+
+            from argus.dsl import ast
+
+            codes, reports = [], []
+            for kn in kernels:
+                sub = copy.copy(args)
+                sub.kernel = kn.name
+                # -D applies to the kernels that have that parameter or dimension
+                own = {s.name for s in kn.body if isinstance(s, ast.Param)} | \
+                    {d for a in kn.args if a.dims for d in a.dims if isinstance(d, str)} | {a.name for a in kn.args}
+                sub.define = [(n, v) for n, v in (args.define or []) if n in own]
+                if args.format == "json":
+                    import contextlib
+                    import io
+
+                    buf = io.StringIO()
+                    with contextlib.redirect_stdout(buf):
+                        codes.append(_check_one(sub))
+                    reports.append(json.loads(buf.getvalue()))
+                else:
+                    codes.append(_check_one(sub))
+            worst = EXIT_ERROR if EXIT_ERROR in codes else EXIT_UNKNOWN if EXIT_UNKNOWN in codes else max(codes)
+            if args.format == "json":
+                status = {EXIT_OK: "ok" if args.no_verify else "verified", EXIT_ERROR: "violated"}.get(worst, "unknown")
+                print(json.dumps({"file": args.file, "status": status, "kernels": reports}, indent=2, default=str))
+            return worst
+    return _check_one(args)
+
+
+def _check_one(args) -> int:
     from argus.ir.build import build_file
     from argus.ir.printer import kernel as print_kernel
 
@@ -166,7 +204,7 @@ def cmd_run(args) -> int:
                                        {"index": c.first_bad[0], "value": c.first_bad[1],
                                         "reference": c.first_bad[2]}} for c in res.checks]}, indent=2))
     else:
-        dims = " ".join(f"{d}={defines[d]}" for d in k.dims)
+        dims = " ".join(f"{d}={(res.dims or defines)[d]}" for d in k.dims)
         print(f"{args.file}: kernel '{k.name}' {dims} (interpreter, {res.seconds:.2f} s)")
         for c in res.checks:
             print(f"  {'ok  ' if c.ok else 'FAIL'} {c.describe()}")

@@ -39,6 +39,7 @@ class View:
     transposed: bool
     shape: tuple[int, ...]
     dtype: object
+    keep: object = None  # store(..., where=m): view idx -> z3 Bool, the element is written
 
     def coords(self, idx: tuple) -> tuple:
         """Base coordinates of view element `idx`."""
@@ -202,6 +203,7 @@ class Executor:
         self.fresh_id = 0
         self.agent = _Agent("block", kernel.threads, {})
         self.tensor_ids = {t.name: i for i, t in enumerate(kernel.tensors)}
+        ctx.on_load = self._on_scalar_load
         self.axis_names = {d for t in kernel.tensors for d in t.dims if isinstance(d, str)}
 
     # ---- decisions (path forking) ----
@@ -332,10 +334,17 @@ class Executor:
         self.pos += 1
         if isinstance(s, ir.Let):
             self.agent.env[s.name] = self.value(s.value)
+            if isinstance(s.value, ir.Load) and not isinstance(s.value.type, TileT):
+                # a scalar read from a tensor keeps its origin (tensor and coordinates) as tags
+                self.agent.env[f"{s.name}#tags"] = self.scalar_load_tags(s.value)
+            else:
+                self.agent.env.pop(f"{s.name}#tags", None)
         elif isinstance(s, ir.AllocShared):
             self.buffers[s.name] = s
         elif isinstance(s, ir.AllocBarrier):
             self.barriers[s.name] = [_Barrier(s.count) for _ in range(s.n or 1)]
+        elif isinstance(s, ir.Assume) and s.over is not None:
+            self.ctx.quantified.append((s.cond, self.scalar(s.over), dict(self.agent.env)))
         elif isinstance(s, ir.Assume):
             c = to_bool(self.scalar(s.cond))
             if not isinstance(c, bool):
@@ -557,8 +566,38 @@ class Executor:
         self.trace.accesses.append(Access("write", r.view, MULTI if r.mode == "bulk" else r.writer, r.issue_pos,
                                           r.issue_epoch, agent, vc, r.span, r.step, r))
 
+    def _on_scalar_load(self, e: ir.Load, idx: tuple) -> None:
+        v = View("global", e.ref.base, tuple(simplify_int(i) for i in idx), e.ref.extents, False, (), e.ref.dtype)
+        self.trace.global_accesses.append((v, False, "read", e.span, self.step_snapshot(), lambda i: 0))
+
+    def scalar_load_tags(self, e: ir.Load) -> ElemTags:
+        idx = tuple(simplify_int(self.ev().scalar(x)) for x in e.ref.starts)
+        v = View("global", e.ref.base, idx, e.ref.extents, False, (), e.ref.dtype)
+        return self.global_tags(v)(())
+
+    def store_mask(self, s: ir.Store, shape: tuple[int, ...]):
+        """where=: a function view idx -> z3 Bool (the element is written), or None."""
+        if s.mask is None:
+            return None
+        m = self.value(s.mask)
+        if not isinstance(m, SymTile):
+            c = to_bool(m)
+            return lambda idx: z3.BoolVal(c) if isinstance(c, bool) else c
+        if m.value is None:
+            raise Unsupported("a where= mask that is not computed from positions and scalars", s.span)
+        n = len(shape)
+
+        def keep(idx):
+            off = n - len(m.shape)
+            sub = tuple(0 if d == 1 else idx[off + k] for k, d in enumerate(m.shape))
+            return _bool(to_bool(m.value(sub)))
+        return keep
+
     def store(self, s: ir.Store) -> None:
         v = self.view(s.dst, s.span)
+        keep = self.store_mask(s, v.shape)
+        if keep is not None:
+            v.keep = keep
         value = self.value(s.value)
         self.trace.global_accesses.append((v, s.masked, "write", s.span, self.step_snapshot(), self.copy_threads(v)))
         self.trace.stores.append(StoreEvent(s.span, v, s.masked, self.step_snapshot()))
@@ -567,6 +606,8 @@ class Executor:
         coords = v.coords(idx)
         dims = [as_int(d) if isinstance(d, int) else self.ctx.dims[d] for d in t.dims]
         inside = z3.And(*[z3.And(as_int(c) >= 0, as_int(c) < d) for c, d in zip(coords, dims)])
+        if keep is not None:
+            inside = z3.And(inside, keep(idx))  # masked-off elements are not written: nothing to prove
         if isinstance(value, SymTile) and value.history and len(idx) == 2:
             self.accumulation_coverage(value.history, s.span, idx, self.idx_domain(idx, v.shape) + [inside])
         got = value.tags(idx) if isinstance(value, SymTile) else ElemTags()
@@ -748,7 +789,12 @@ class Executor:
             if isinstance(v, SymTile):
                 out.append(v)
             else:
-                tags = ElemTags({}, False, False, "", _is_neg_inf(x))
+                if isinstance(x, ir.Var) and f"{x.name}#tags" in self.agent.env:
+                    tags = self.agent.env[f"{x.name}#tags"]  # a scalar read from a tensor: its origin
+                elif isinstance(x, ir.Load):
+                    tags = self.scalar_load_tags(x)
+                else:
+                    tags = ElemTags({}, False, False, "", _is_neg_inf(x))
                 val = v if (isinstance(v, (int, bool)) or z3.is_int(v) or z3.is_bool(v)) else None
                 out.append(SymTile((), lambda idx, t=tags: t, None, (), (lambda idx, c=val: c) if val is not None
                                    else None))
@@ -948,6 +994,10 @@ class Executor:
             return Evaluator(self.ctx, {**self.agent.env, **env}).scalar(fake)
         if isinstance(e, ir.Var) and e.name in params:
             return params[e.name]
+        if isinstance(e, ir.Load) and not isinstance(e.type, TileT):
+            # a tensor read in a specification (load(row_token[y[c].M])): the tensor's contents
+            idx = tuple(self.tag_expr(i, params, domain, sides) for i in e.ref.starts)
+            return self.ctx.tensor_value(e.ref.base, e.ref.dtype, idx)
         return self.scalar(e)
 
 

@@ -4,7 +4,8 @@ Loops are explored for trip counts up to 2P + 2, P the loop body's period. That 
 when the body depends on the loop variable only through (a) `x % c` (ring-buffer stage, phase parity),
 (b) the starts of global-memory tiles (translation: tags compare coordinates of the same step, bounds
 depend only on the tail), (c) comparisons with constants below the cap (eventually constant), (d) tile
-data (masks: values never become addresses or tags) and (e) user tag fields (kv_step=j), provided no
+data (masks: values never become addresses or tags), scalar tensor reads at step-dependent indices
+(load(pos[t, k]): the read value is unconstrained tensor data) and (e) user tag fields (kv_step=j), provided no
 assert_tag mentions the step itself -- compare two step fields instead (a.kv_step == b.kv_step - 1):
 then a violation at a larger trip count repeats, shifted by a multiple of P, at one within the cap.
 A truncated loop without this certificate makes the verdicts that depend on it `unknown`.
@@ -25,8 +26,11 @@ def certify(loop: ir.For, cap: int) -> tuple[bool, str]:
     derived = {loop.var}
     for s in walk(loop.body):
         # only scalars matter: a tile computed from the step (a mask) changes values, never tags
+        # a scalar read from a tensor at a step-dependent index (r = load(pos[t, k])) is tensor data,
+        # an unconstrained value per coordinate like a tile's contents: the step only moves the
+        # coordinate, which is checked where the load's indices are visited (global tile starts)
         if isinstance(s, ir.Let) and not isinstance(s.value.type, TileT) and _uses(s.value, derived) \
-                and not _periodic(s.value, derived):
+                and not _periodic(s.value, derived) and not isinstance(s.value, ir.Load):
             derived.add(s.name)
     problems: list[str] = []
 

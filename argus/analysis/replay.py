@@ -45,6 +45,10 @@ def replay(kernel: ir.Kernel, defines: dict[str, object], f: Finding, seed: int 
     cx = f.counterexample
     if cx is None:
         return Replay(False, "no counterexample to replay")
+    from argus import moe
+
+    if moe.is_moe_kernel(kernel):
+        return _replay_routed(kernel, defines, f, seed)
     # static findings carry no dims: replay them at a small shape that is not a tile multiple
     dims = {d: int(cx.dims.get(d, defines.get(d, 200))) for d in kernel.dims}
     if any(v < 1 for v in dims.values()):
@@ -95,3 +99,68 @@ def replay(kernel: ir.Kernel, defines: dict[str, object], f: Finding, seed: int 
     if hazards:
         return Replay(True, "interpreter observed " + hazards[0].describe())
     return Replay(False, f"the interpreter ran dims {dims} and found the output correct and no hazard")
+
+
+def _replay_routed(kernel: ir.Kernel, defines: dict[str, object], f: Finding, seed: int) -> Replay:
+    """Kernels over MoE routing metadata: the metadata must satisfy the kernel's assumes, so replay
+    builds a real routing with argus.moe (irregular expert sizes, one expert without tokens) rather
+    than random integers, and runs the grid in launch order and in reverse (the GPU may run blocks in
+    any order: a row written by two blocks shows its wrong value in one of the two orders)."""
+    import itertools
+
+    from argus import moe
+    from argus.interp.machine import grid_size
+
+    fixed = {d: int(defines[d]) for d in ("T", "E", "KTOP", "HID", "F") if d in defines}
+    dims, meta = moe.routed_dims(kernel, tokens=fixed.get("T", 37), experts=fixed.get("E", 4),
+                                 top_k=fixed.get("KTOP", 2), hid=fixed.get("HID", 72), ffn=fixed.get("F", 80),
+                                 seed=seed)
+    try:
+        scalars = resolve_scalars(kernel, defines)
+    except ArgusError as exc:
+        return Replay(False, f"not replayed: {exc}")
+    counts = np.bincount(meta["row_expert"], minlength=dims.get("E", 0)) if "E" in dims else None
+    where = f"routing T={int(meta['pos'].shape[0])} top-{int(meta['pos'].shape[1])}" + \
+        (f", rows per expert {counts.tolist()}" if counts is not None else "") + f", dims {dims}"
+    rng = np.random.default_rng(seed)
+    base = moe.make_inputs(kernel, dims, meta, rng)
+    grid = grid_size(kernel, dims, scalars)
+    blocks = list(itertools.product(*(range(n) for n in grid)))
+    hazard_note = None
+    for order, name in ((blocks, "launch order"), (blocks[::-1], "reverse block order")):
+        arrays = {n: a.copy() for n, a in base.items()}
+        try:
+            hazards = execute(kernel, arrays, dims, scalars, blocks=order, observe_hazards=True)
+        except ArgusError as exc:
+            d = exc.diagnostics[0]
+            ok = (f.check.startswith("oob") and d.code == "out-of-bounds") or \
+                (f.check == "deadlock" and d.code == "deadlock")
+            note = f" ({d.notes[0]})" if d.notes else ""
+            return Replay(ok, ("interpreter stopped: " if ok else "blocked: the interpreter stopped earlier: ")
+                          + f"{d.message}{note} [{where}]")
+        want = HAZARD_CODES.get(f.check)
+        if want:
+            same = [h for h in hazards if h.code in want]
+            if same:
+                return Replay(True, f"interpreter observed {same[0].describe()} [{where}]")
+        if hazards and hazard_note is None:
+            hazard_note = hazards[0].describe()
+        if kernel.reference is None:
+            return Replay(False, "no reference: block to compare the output with")
+        from argus.dsl.reference import evaluate_reference
+
+        env = {n: a.astype(np.float64) if a.dtype.kind == "f" else a for n, a in base.items()}
+        env.update(dims)
+        env.update(kernel.param_dict)
+        env.update(scalars)
+        ref = evaluate_reference(kernel.reference, env)
+        for o in kernel.outputs:
+            c = compare(o, arrays[o], ref[o], kernel.tensor(o).dtype, strict=True)
+            if not c.ok and c.first_bad is not None:
+                idx, got, want_v = c.first_bad
+                return Replay(True, f"interpreter confirms {o}[{', '.join(map(str, idx))}] = {got:.4g} vs reference "
+                                    f"{want_v:.4g} ({c.bad} wrong element{'s' if c.bad != 1 else ''}, {name}; {where})")
+    if hazard_note:
+        return Replay(True, f"interpreter observed {hazard_note} [{where}]")
+    return Replay(False, f"the interpreter ran a real routing in both block orders and found the output correct "
+                         f"and no hazard [{where}]")

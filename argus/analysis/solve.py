@@ -65,7 +65,23 @@ def counterexample(m: z3.ModelRef, ctx: Context, ob: Obligation) -> Counterexamp
     cx.steps = dict(ob.step)
     cx.values = {k: value(m, v) for k, v in ob.variables.items()}
     cx.sides = {label: {f: value(m, t) for f, t in fields.items()} for label, fields in ob.sides.items()}
+    cx.values.update(tensor_values(m, ctx))
     return cx
+
+
+def tensor_values(m: z3.ModelRef, ctx: Context, limit: int = 16) -> dict[str, object]:
+    """The tensor contents Z3 chose for the scalar loads met (routing metadata: offs[1] = 3)."""
+    out: dict[str, object] = {}
+    for term in ctx.applications:
+        args = [value(m, a) for a in term.children()]
+        if not all(isinstance(a, int) for a in args):
+            continue
+        label = f"{term.decl().name()}[{', '.join(map(str, args))}]"
+        if label not in out:
+            out[label] = value(m, term)
+        if len(out) >= limit:
+            break
+    return out
 
 
 def obligation_counterexample(trace: Trace, ob: Obligation, ctx: Context) -> Counterexample | None:

@@ -86,6 +86,37 @@ class Context:
     grid: tuple = ()
     constraints: list = field(default_factory=list)
     scalars: dict[str, z3.ArithRef] = field(default_factory=dict)
+    # Tensor contents read by scalar loads (load(T[i, j])): one uninterpreted function per tensor,
+    # arity = rank (Int -> Int for integer tensors, Int -> Real for float ones), and the applications
+    # met so far (counterexamples print their values: offs[1] = 3).
+    functions: dict[str, z3.FuncDeclRef] = field(default_factory=dict)
+    applications: list = field(default_factory=list)
+    on_load: object = None  # callback(load node, index terms): the executor records the access
+    # assume(lambda i: cond, over=N): (lambda, N term, env at the assume); instantiated by the checks
+    # that need them (output coverage), never asserted as quantifiers
+    quantified: list = field(default_factory=list)
+
+    def instantiate(self, q, v):
+        """The quantified assume q at index v: 0 <= v < N implies cond(v)."""
+        lam, over, env = q
+        saved, self.on_load = self.on_load, None
+        try:
+            body = to_bool(Evaluator(self, {**env, lam.params[0]: v}).scalar(lam.body))
+        finally:
+            self.on_load = saved
+        body = z3.BoolVal(body) if isinstance(body, bool) else body
+        return z3.Implies(z3.And(as_int(v) >= 0, as_int(v) < as_int(over)), body)
+
+    def tensor_value(self, name: str, dtype, idx: tuple):
+        fn = self.functions.get(name)
+        if fn is None:
+            sort = z3.RealSort() if dtype.is_float else z3.IntSort()
+            fn = z3.Function(f"{name}", *([z3.IntSort()] * len(idx)), sort)
+            self.functions[name] = fn
+        term = fn(*[as_int(i) for i in idx])
+        if not any(term.eq(t) for t in self.applications):
+            self.applications.append(term)
+        return term
 
     @staticmethod
     def create(kernel: ir.Kernel, defines: dict[str, object]) -> Context:
@@ -138,6 +169,14 @@ class Evaluator:
         if e.name in self.ctx.scalars:
             return self.ctx.scalars[e.name]
         raise Unsupported(f"'{e.name}' has no value here", e.span)
+
+    def _Load(self, e: ir.Load):
+        if not isinstance(e.type, ScalarT):
+            raise Unsupported("a tile load where a scalar was expected", e.span)
+        idx = tuple(self.scalar(s) for s in e.ref.starts)
+        if self.ctx.on_load is not None:
+            self.ctx.on_load(e, idx)
+        return self.ctx.tensor_value(e.ref.base, e.ref.dtype, idx)
 
     def _Special(self, e: ir.Special):
         if e.kind == "block_id":

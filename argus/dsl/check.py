@@ -997,7 +997,38 @@ def _note_read(c: _Checker, node: ast.Expr) -> None:
         c.inputs.append(base.id)
 
 
+def _scalar_load(c: _Checker, e: ast.Call) -> Type | None:
+    """load(T[i, j]) with every axis of a global tensor indexed: a data-dependent scalar of T's dtype.
+
+    Such a scalar may index other tensors, enter assume(...) and tag lambdas. It is read unmasked
+    (an index outside the tensor is an out-of-bounds fault)."""
+    a = e.args[0] if e.args else None
+    if not (isinstance(a, ast.Subscript) and isinstance(a.value, ast.Name)):
+        return None
+    kind = c.names.get(a.value.id, (None, None))
+    if kind[0] != "tensor" or any(isinstance(it, ast.Slice) for it in a.items):
+        return None
+    c.args(e, 1, 1)
+    g = kind[1]
+    c.symbols[id(a.value)] = "tensor"
+    c.types[id(a.value)] = g
+    if len(a.items) != len(g.dims):
+        raise c.err("rank", f"'{g.name}' has {len(g.dims)} dimensions ({', '.join(map(str, g.dims))}) but "
+                    f"{len(a.items)} indices were given", a,
+                    "a scalar load indexes every dimension: load(T[i, j])")
+    for it in a.items:
+        if isinstance(it, ast.Const) and it.value is None:
+            raise c.err("type", "None (new axis) is not allowed on a global tensor", it)
+        c.need_index(it, "an index")
+    c.types[id(a)] = TileT(g.dtype, (), "global")
+    _note_read(c, a)
+    return c.set(e, ScalarT(g.dtype, False))
+
+
 def _load(c: _Checker, e: ast.Call) -> Type:
+    st = _scalar_load(c, e)
+    if st is not None:
+        return st
     c.args(e, 1, 1, ("masked",))
     t = c.tile_arg(e.args[0], "load's source", ("global", "shared"))
     _note_read(c, e.args[0])
@@ -1111,9 +1142,20 @@ def _mbar_op(kind: str):
 
 
 def _store(c: _Checker, e: ast.Call) -> Type:
-    c.args(e, 2, 2, ("masked",))
+    c.args(e, 2, 2, ("masked", "where"))
     dst = c.tile_arg(e.args[0], "store's destination", ("global",))
     v = c.expr(e.args[1])
+    w = e.kw("where")
+    if w is not None:
+        mt = c.expr(w.value)
+        if not (isinstance(mt, (ScalarT, TileT)) and (not isinstance(mt, TileT) or mt.space == "reg")
+                and mt.dtype == BOOL):
+            raise c.err("type", f"store's where= must be a boolean tile or condition, got {_fmt(mt)}", w.value,
+                        "compare positions, e.g. where=(r0 + arange(BM))[:, None] < r_end")
+        ms = mt.shape if isinstance(mt, TileT) else ()
+        if len(ms) > len(dst.shape) or any(m not in (1, d) for m, d in zip(ms[::-1], dst.shape[::-1])):
+            raise c.err("shape", f"store's where= mask {shape_str(ms)} does not broadcast to the stored tile "
+                        f"{shape_str(dst.shape)}", w.value, "use m[:, None] or m[None, :] to add a unit axis")
     if isinstance(v, TileT):
         if v.shape != dst.shape:
             raise c.err("shape", f"store: destination {shape_str(dst.shape)} and value {shape_str(v.shape)} differ",
@@ -1248,10 +1290,20 @@ def _compose(c: _Checker, e: ast.Call) -> Type:
 
 
 def _assume(c: _Checker, e: ast.Call) -> Type:
-    """assume(cond): a precondition on runtime dims/scalars, checked at launch, used by the verifier."""
-    c.args(e, 1, 1)
+    """assume(cond): a precondition on runtime dims/scalars (and scalar loads), checked by the
+    interpreter where it executes, used by the verifier. assume(lambda i: cond, over=N): cond holds for
+    every i in 0..N-1 (a contract over tensor contents, e.g. a host schedule)."""
+    c.args(e, 1, 1, ("over",))
     if c.role_depth or c.lambda_vars:
         raise c.err("placement", "assume(...) belongs at the top level of the kernel", e)
+    over = e.kw("over")
+    if isinstance(e.args[0], ast.Lambda) or over is not None:
+        if not (isinstance(e.args[0], ast.Lambda) and over is not None and len(e.args[0].params) == 1):
+            raise c.err("type", "a quantified assume is assume(lambda i: condition, over=N): the condition holds "
+                        "for every i in 0..N-1", e)
+        c.need_index(over.value, "over=")
+        _lambda(c, e.args[0], 1, want_bool=True)
+        return NONE
     t = c.expr(e.args[0])
     if not (isinstance(t, ScalarT) and t.dtype == BOOL):
         raise c.err("type", "assume takes a condition on runtime dimensions, e.g. assume(K % 8 == 0)", e.args[0])

@@ -16,7 +16,7 @@ REFERENCE_NAMES = frozenset({
     "exp", "exp2", "log", "sqrt", "abs", "tanh", "max", "min", "sum", "mean", "maximum", "minimum", "where",
     "transpose", "swapaxes", "reshape", "arange", "zeros", "ones", "full", "softmax", "topk", "silu",
     "take_along_axis", "repeat", "einsum", "causal_mask", "triu", "tril", "matmul", "sigmoid", "one_hot",
-    "float", "int",
+    "float", "int", "expert_of_rows",
 })
 
 
@@ -40,6 +40,12 @@ def _tables():
     def _silu(x):
         return x / (1.0 + np.exp(-x))
 
+    def _expert_of_rows(offs, m):
+        """Expert of each of m sorted rows, from expert offsets (expert e owns rows offs[e]..offs[e+1])."""
+        offs = np.asarray(offs, dtype=np.int64)
+        e = np.searchsorted(offs, np.arange(int(m)), side="right") - 1
+        return np.clip(e, 0, max(0, len(offs) - 2))
+
     def _causal_mask(sq, sk):
         """Additive mask: -inf where key position > query position (queries aligned to the end)."""
         q = np.arange(int(sq))[:, None] + (int(sk) - int(sq))
@@ -55,7 +61,7 @@ def _tables():
         "repeat": np.repeat, "einsum": np.einsum, "causal_mask": _causal_mask, "triu": np.triu,
         "tril": np.tril, "matmul": np.matmul, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
         "one_hot": lambda idx, n: np.eye(int(n))[np.asarray(idx, dtype=np.int64)],
-        "float": float, "int": int,
+        "float": float, "int": int, "expert_of_rows": _expert_of_rows,
     }
 
     binops = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "//": np.floor_divide,

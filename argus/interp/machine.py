@@ -180,10 +180,34 @@ class BlockMachine:
         elif isinstance(s, ir.If):
             c = self.scalar(s.cond)
             yield from self.exec_block(s.then if c else s.orelse)
+        elif isinstance(s, ir.Assume) and s.over is not None:
+            lam = s.cond
+            p = lam.params[0]
+            saved = self.env.get(p, None)
+            n = int(self.scalar(s.over))
+            try:
+                for i in range(n):
+                    self.env[p] = i
+                    if not self.scalar(lam.body):
+                        vals = self._assume_values(lam.body)
+                        raise InterpError("precondition", f"the kernel's assume(lambda {p}: ..., over={n}) does not "
+                                          f"hold for {p} = {i}", s.span,
+                                          f"block {self.block[:len(self.k.grid)]}: " + ", ".join(vals),
+                                          "the kernel was written for inputs that satisfy it; build the routing "
+                                          "metadata with argus.moe", details={"block": self.block, "values": vals})
+            finally:
+                if saved is None:
+                    self.env.pop(p, None)
+                else:
+                    self.env[p] = saved
         elif isinstance(s, ir.Assume):
             if not self.scalar(s.cond):
+                vals = self._assume_values(s.cond)
                 raise InterpError("precondition", "the kernel's assume(...) does not hold for these inputs", s.span,
-                                  "the kernel was written for inputs that satisfy it; pick other dims or pad")
+                                  f"block {self.block[:len(self.k.grid)]}: " + (", ".join(vals) or "no runtime values"),
+                                  "the kernel was written for inputs that satisfy it; pick other dims or pad, "
+                                  "or build the routing metadata with argus.moe",
+                                  details={"block": self.block, "values": vals})
         elif isinstance(s, ir.AssertTag):
             pass  # tag relations are proved statically by argus.analysis, not checked at run time
         elif isinstance(s, ir.Arrive):
@@ -210,6 +234,24 @@ class BlockMachine:
             raise InterpError("internal", "pipeline loop was not expanded", s.span)
         else:
             raise InterpError("unsupported", f"the interpreter cannot execute {type(s).__name__}", s.span)
+
+    def _assume_values(self, cond: ir.Expr) -> list[str]:
+        """The runtime values an assume mentions (names and scalar loads), for its error message."""
+        from argus.ir.printer import expr as show
+        from argus.ir.transform import walk
+
+        out, seen = [], set()
+        for x in walk(cond):
+            if isinstance(x, (ir.Var, ir.Load)) and isinstance(x.type, ScalarT):
+                text = show(x)
+                if text in seen:
+                    continue
+                seen.add(text)
+                try:
+                    out.append(f"{text} = {self.eval(x)}")
+                except ArgusError:
+                    continue
+        return out
 
     def barrier(self, b: ir.BarrierRef, span) -> _Mbarrier:
         bars = self.mbar[b.name]
@@ -333,11 +375,24 @@ class BlockMachine:
         arr, src, shape, dst = self.resolve(s.dst, s.span, masked=s.masked, for_write=True)
         if self.shadow is not None and self.store_counts is not None:
             counts = self.store_counts.setdefault(s.dst.base, np.zeros(arr.shape, np.int32))
-            counts[src] += 1
         value = np.broadcast_to(round_to(value, s.dst.dtype), shape)
+        if s.mask is not None:  # where=: only elements whose mask is true are written
+            keep = np.broadcast_to(np.asarray(self.eval(s.mask), dtype=bool), shape)
+            if s.dst.transposed:
+                keep = keep.T
         if s.dst.transposed:
             value = value.T
-        arr[src] = value[dst]
+        if s.mask is None:
+            if self.shadow is not None and self.store_counts is not None:
+                counts[src] += 1
+            arr[src] = value[dst]
+            return
+        k = keep[dst]
+        if self.shadow is not None and self.store_counts is not None:
+            counts[src] += k
+        view = arr[src]
+        view[k] = value[dst][k]
+        arr[src] = view
 
     # ---- expressions ----
     def scalar(self, e: ir.Expr):
@@ -432,6 +487,9 @@ class BlockMachine:
         return np.arange(e.type.shape[0], dtype=np.int32)
 
     def _e_Load(self, e: ir.Load):
+        if isinstance(e.type, ScalarT):  # load(T[i, j]): one element, every axis indexed (never masked)
+            v = self.read(e.ref, e.span, False)
+            return v.item() if isinstance(v, np.ndarray) else v
         return self.read(e.ref, e.span, e.masked)
 
     def _operand(self, x) -> np.ndarray:

@@ -43,6 +43,7 @@ class RunResult:
     seconds: float
     arrays: dict[str, np.ndarray]
     reference: dict[str, np.ndarray]
+    dims: dict[str, int] | None = None  # the dims it ran at
 
     @property
     def ok(self) -> bool:
@@ -119,10 +120,20 @@ def run_interp(kernel: ir.Kernel, defines: dict[str, object], seed: int | None =
     if kernel.reference is None:
         raise error("no-reference", f"kernel '{kernel.name}' has no reference: block to compare with", kernel.span,
                     "add `reference:` after the kernel body with NumPy code computing its outputs")
-    dims = resolve_dims(kernel, defines)
     scalars = resolve_scalars(kernel, defines)
     rng = np.random.default_rng(seed)
-    arrays = arrays if arrays is not None else make_arrays(kernel, dims, rng)
+    from argus import moe
+
+    if arrays is None and moe.is_moe_kernel(kernel):
+        # routing metadata must satisfy the kernel's assumes: a real routing (argus.moe), whose sizes
+        # follow from -D T= E= KTOP= HID= F= (defaults 37, 4, 2, 72, 80); M, NT, E1 are derived
+        g = {d: int(defines[d]) for d in ("T", "E", "KTOP", "HID", "F") if d in defines}
+        dims, meta = moe.routed_dims(kernel, tokens=g.get("T", 37), experts=g.get("E", 4), top_k=g.get("KTOP", 2),
+                                     hid=g.get("HID", 72), ffn=g.get("F", 80), seed=seed or 0)
+        arrays = moe.make_inputs(kernel, dims, meta, rng)
+    else:
+        dims = resolve_dims(kernel, defines)
+        arrays = arrays if arrays is not None else make_arrays(kernel, dims, rng)
     env = {n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy() for n, a in arrays.items()}
     env.update(dims)
     env.update(kernel.param_dict)
@@ -132,4 +143,4 @@ def run_interp(kernel: ir.Kernel, defines: dict[str, object], seed: int | None =
     seconds = time.perf_counter() - t0
     ref_env = evaluate_reference(kernel.reference, env)
     checks = tuple(compare(o, arrays[o], ref_env[o], kernel.tensor(o).dtype) for o in kernel.outputs)
-    return RunResult(checks, seconds, arrays, {o: np.asarray(ref_env[o]) for o in kernel.outputs})
+    return RunResult(checks, seconds, arrays, {o: np.asarray(ref_env[o]) for o in kernel.outputs}, dims)

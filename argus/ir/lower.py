@@ -117,8 +117,13 @@ class _Lower:
             vt = self.t(e.args[1])
             value = self.expr(e.args[1]) if not (isinstance(vt, TileT) and vt.space == "shared") \
                 else ir.Load(TileT(vt.dtype, vt.shape, "reg"), e.args[1].span, self.ref(e.args[1]), True)
-            return [ir.Store(e.span, self.ref(e.args[0]), value, masked)]
+            w = e.kw("where")
+            return [ir.Store(e.span, self.ref(e.args[0]), value, masked,
+                             mask=self.expr(w.value) if w is not None else None)]
         if name == "assume":
+            over = e.kw("over")
+            if over is not None:
+                return [ir.Assume(e.span, self.lam(e.args[0]), self.expr(over.value))]
             return [ir.Assume(e.span, self.expr(e.args[0]))]
         if name == "assert_tag":
             nk = e.kw("name")

@@ -4,6 +4,15 @@ Compile-time parameters are bound (they appear only as constants), names are res
 expression carries its type, and `pipeline` loops are expanded into an explicit schedule of async
 copies, commit groups, waits and barriers (argus/ir/passes/pipeline.py). Every node keeps the source
 span it came from, so all three consumers report against the `.arg` line.
+
+Data-dependent values (MoE routing metadata):
+- `Load(type=ScalarT(dt), ref=Ref("global", T, starts=(i, j, ...), extents=(None, None, ...)))` is a
+  scalar read of T[i, j, ...] (`load(T[i, j])` in the language); the indices may themselves be such
+  loads (`W[load(tile_expert[t]), ...]` is a Ref whose start is a Load).
+- `Store.mask` (`store(dst, v, where=m)`): a bool scalar or register tile broadcastable to dst.shape;
+  only elements whose mask is true are written.
+- `Assume.cond` may mention scalar loads: the interpreter checks it where it executes, the verifier
+  assumes it for the block (integer tensors are uninterpreted functions there).
 """
 
 from __future__ import annotations
@@ -121,8 +130,20 @@ class Ref:
 
 @dataclass(frozen=True)
 class Load(Expr):
+    """A read of a view into registers.
+
+    Scalar load (`load(T[i, j])`): `ref` is a global Ref whose `extents` are all None (every axis
+    indexed by `starts`) and `type` is ScalarT(ref.dtype, const=False): one element, the same for
+    every thread (a plain global load; an index outside T is a fault, whatever `masked` says). Its
+    value may index other tensors, enter assume/tag lambdas and control flow.
+    """
+
     ref: Ref | None = None
     masked: bool = True
+
+    @property
+    def is_scalar(self) -> bool:
+        return isinstance(self.type, ScalarT)
 
 
 @dataclass(frozen=True)
@@ -294,10 +315,15 @@ class ExpectTx(Stmt):
 
 @dataclass(frozen=True)
 class Store(Stmt):
+    """dst <- value. `mask` (store(..., where=m)): None, or a bool expression (a ScalarT, or a register
+    TileT broadcastable to dst.shape, aligned at the trailing axes); an element whose mask is false is
+    not written (on top of `masked`, which skips elements outside the tensor)."""
+
     dst: Ref | None = None
     value: Expr | None = None
     masked: bool = True  # out-of-bounds elements are skipped instead of faulting
     layout: RegLayout | None = None  # a register-tile value: set by layout assignment
+    mask: Expr | None = None  # store(..., where=mask): elements with a false mask are not written
 
 
 @dataclass(frozen=True)
@@ -331,9 +357,16 @@ class If(Stmt):
 
 @dataclass(frozen=True)
 class Assume(Stmt):
-    """A precondition on runtime values (e.g. K % 8 == 0): checked at launch, assumed by the verifier."""
+    """A precondition on runtime values (e.g. K % 8 == 0): checked by the interpreter where it executes,
+    assumed by the verifier. It may mention scalar loads (a metadata contract).
+
+    Quantified form (`assume(lambda i: cond, over=N)`): `cond` is a Lambda of one parameter and `over`
+    an index expression; the condition holds for every i in 0..N-1. A host-side contract: the
+    interpreter checks every i, the verifier instantiates it where it needs it (output coverage); a GPU
+    kernel need not evaluate it."""
 
     cond: Expr | None = None
+    over: Expr | None = None
 
 
 @dataclass(frozen=True)

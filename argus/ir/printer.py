@@ -109,7 +109,8 @@ def stmts(body, indent: int = 1) -> list[str]:
         elif isinstance(s, ir.ExpectTx):
             out.append(f"{pad}expect_tx({bar(s.barrier)}, {expr(s.nbytes)})")
         elif isinstance(s, ir.Store):
-            out.append(f"{pad}store({ref(s.dst)}, {expr(s.value)}{'' if s.masked else ', masked=False'})")
+            where = "" if getattr(s, "mask", None) is None else f", where={expr(s.mask)}"
+            out.append(f"{pad}store({ref(s.dst)}, {expr(s.value)}{'' if s.masked else ', masked=False'}{where})")
         elif isinstance(s, ir.For):
             kind = "" if s.kind == "serial" else f"  # {s.kind}"
             out.append(f"{pad}for {s.var} in range({expr(s.start)}, {expr(s.stop)}, {expr(s.step)}):{kind}")
@@ -126,7 +127,8 @@ def stmts(body, indent: int = 1) -> list[str]:
                 out.append(f"{pad}else:")
                 out.extend(stmts(s.orelse, indent + 1))
         elif isinstance(s, ir.Assume):
-            out.append(f"{pad}assume({expr(s.cond)})")
+            over = "" if getattr(s, "over", None) is None else f", over={expr(s.over)}"
+            out.append(f"{pad}assume({expr(s.cond)}{over})")
         elif isinstance(s, ir.AssertTag):
             out.append(f"{pad}assert_tag({expr(s.predicate)})")
         elif isinstance(s, ir.Role):

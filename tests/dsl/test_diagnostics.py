@@ -187,3 +187,59 @@ def test_render_shows_source_line_and_caret():
     assert lines[0] == "t.arg:5:15: error: undefined name 'a_s' [undefined-name]"
     assert lines[1] == " 5 |     acc = mma(a_s, b_s, acc)"
     assert lines[2] == "   |               ^^^"
+
+
+# ---- scalar loads and masked stores (MoE) ----
+_MOE_SRC = """
+kernel k(X: f32[R, C], idx: i32[R], Y: f32[R, C]):
+    launch grid=(R,), threads=128
+    r = block_id(0)
+    s = load(idx[r])
+    store(Y[s, 0:+64], load(X[r, 0:+64]), where={WHERE})
+"""
+
+
+def _diag(src):
+    import pytest as _pytest
+
+    from argus.dsl.diagnostics import ArgusError as _E
+    from argus.ir.build import build_source as _build
+
+    with _pytest.raises(_E) as ei:
+        _build(src)
+    return ei.value.diagnostics[0]
+
+
+def test_where_mask_must_be_bool():
+    d = _diag(_MOE_SRC.replace("{WHERE}", "arange(64)"))
+    assert d.code == "type" and "where=" in d.message
+
+
+def test_where_mask_must_broadcast():
+    d = _diag(_MOE_SRC.replace("{WHERE}", "arange(32) < 3"))
+    assert d.code == "shape" and "where=" in d.message
+
+
+def test_scalar_load_needs_every_index():
+    src = _MOE_SRC.replace("{WHERE}", "arange(64) < s").replace("load(idx[r])", "load(X[r])")
+    d = _diag(src)
+    assert d.code == "rank"
+
+
+def test_scalar_load_and_mask_lower():
+    from argus.dsl.types import ScalarT
+    from argus.ir import nodes as ir
+    from argus.ir.build import build_source as _build
+
+    k = _build(_MOE_SRC.replace("{WHERE}", "arange(64) < s"))
+    let = next(s for s in k.body if isinstance(s, ir.Let) and s.name == "s")
+    assert isinstance(let.value, ir.Load) and isinstance(let.value.type, ScalarT)
+    assert let.value.ref.extents == (None,) and let.value.is_scalar
+    st = next(s for s in k.body if isinstance(s, ir.Store))
+    assert st.mask is not None and isinstance(st.dst.starts[0], ir.Var)
+
+
+def test_quantified_assume_needs_over():
+    d = _diag(_MOE_SRC.replace("{WHERE}", "arange(64) < s").replace(
+        "    s = load(idx[r])\n", "    s = load(idx[r])\n    assume(lambda i: load(idx[i]) >= 0)\n"))
+    assert d.code == "type" and "over=" in d.message

@@ -25,6 +25,8 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
             coords = view.coords(idx)
             dims = [as_int(d) if isinstance(d, int) else ctx.dims[d] for d in t.dims]
             out = z3.Or(*[z3.Or(as_int(c) < 0, as_int(c) >= d) for c, d in zip(coords, dims)])
+            if view.keep is not None:  # store(..., where=m): masked-off elements are not accessed
+                out = z3.And(view.keep(idx), out)
             dom = [c for i, m in zip(idx, view.shape) for c in (i >= 0, i < m)]
             ob = Obligation("oob-global", span, f"unmasked {kind} of {view.describe()} reaches outside tensor "
                             f"'{view.base}'", out, dom, {f"element[{d}]": i for d, i in enumerate(idx)}, step)
@@ -33,7 +35,8 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
                 m = small_model(trace, z3.And(*dom, out), ctx)
                 cx = counterexample(m, ctx, ob)
                 el = tuple(cx.values[f"element[{d}]"] for d in range(len(idx)))
-                cx.thread = int(copy_thread(el, view.shape, view.dtype.bytes, a.kernel.threads))
+                cx.thread = int(copy_thread(el, view.shape, view.dtype.bytes, a.kernel.threads)) if view.shape \
+                    else None
                 where = ", ".join(str(m.eval(as_int(c), model_completion=True)) for c in coords)
                 shape = ", ".join(str(cx.dims.get(d, d)) for d in t.dims)
                 cx.notes = [f"touches {view.base}[{where}] of a {t.dtype}[{shape}] tensor"]

@@ -1,0 +1,243 @@
+"""Host-side routing for the Mixture-of-Experts kernels of examples/moe.arg (NumPy only).
+
+The layer, for tokens X[T, HID], router logits[T, E] and expert weights Wg, Wu: [E, HID, F],
+Wd: [E, F, HID]:
+
+    topk_ids, topk_w = route(logits, top_k)          # top-k experts, softmax over their logits
+    rows = sort_rows(topk_ids, E)                    # M = T*K rows grouped by expert
+    tile_expert, tile_row = tile_schedule(rows.offs, BM)
+    Xs = gather(X, rows.row_token)                   # X_sorted[M, HID]
+    moe_up:      Hs = silu(Xs @ Wg[e]) * (Xs @ Wu[e])          (per row, e = its expert)
+    moe_down:    Ys = Hs @ Wd[e]
+    moe_combine: Out[t] = sum_k topk_w[t, k] * Ys[pos[t, k]]
+
+Metadata (all int32):
+- `row_token[M]`, `row_expert[M]`: the (token, expert) pair of each sorted row. Rows are grouped by
+  expert in increasing expert order, and within an expert in increasing token order (stable).
+- `offs[E + 1]`: expert e owns rows offs[e] .. offs[e+1] (offs[0] = 0, offs[E] = M; an expert may
+  own no rows).
+- `pos[T, K]`: the sorted row of pair (t, k), so row_token[pos[t, k]] == t and
+  row_expert[pos[t, k]] == topk_ids[t, k].
+- `tile_expert[NT]`, `tile_row[NT]`: one entry per BM-row tile of each expert's segment, in expert
+  order; tile j of expert e starts at row offs[e] + j * BM, and the last tile of an expert may run
+  past its segment (the kernels mask those rows with where=). Experts without rows get no tile.
+- `row_tile[M]`: the tile that stores each row (the schedule's inverse). moe_up / moe_down state
+  the schedule contract with it (assume(lambda ..., over=...)), which is what lets the verifier prove
+  that every row of Hs / Ys is written exactly once.
+
+`layer()` chains the three kernels through the interpreter; `moe_layer_reference()` computes the same
+layer per token in float64, the ground truth for tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "moe.arg"
+
+
+def route(logits: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k experts of each token (largest logit first, ties to the lower expert) and their weights,
+    a softmax over the top-k logits (float32)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    t, e = logits.shape
+    if not 1 <= top_k <= e:
+        raise ValueError(f"top_k={top_k} must be in 1..{e}")
+    ids = np.argsort(-logits, axis=1, kind="stable")[:, :top_k]
+    sel = np.take_along_axis(logits, ids, axis=1)
+    w = np.exp(sel - sel.max(axis=1, keepdims=True))
+    w /= w.sum(axis=1, keepdims=True)
+    return ids.astype(np.int32), w.astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Rows:
+    row_token: np.ndarray  # [M] i32
+    row_expert: np.ndarray  # [M] i32
+    offs: np.ndarray  # [E + 1] i32
+    pos: np.ndarray  # [T, K] i32
+
+
+def sort_rows(topk_ids: np.ndarray, n_experts: int) -> Rows:
+    """Group the T*K (token, expert) pairs by expert, stable in token order."""
+    ids = np.asarray(topk_ids, dtype=np.int64)
+    t, k = ids.shape
+    if ids.size and (ids.min() < 0 or ids.max() >= n_experts):
+        raise ValueError(f"expert ids must be in 0..{n_experts - 1}")
+    flat = ids.reshape(-1)  # pair p = t * K + k
+    order = np.argsort(flat, kind="stable")  # sorted row -> pair
+    counts = np.bincount(flat, minlength=n_experts)
+    offs = np.concatenate([[0], np.cumsum(counts)])
+    pos = np.empty(t * k, np.int64)
+    pos[order] = np.arange(t * k)
+    return Rows((order // k).astype(np.int32), flat[order].astype(np.int32), offs.astype(np.int32),
+                pos.reshape(t, k).astype(np.int32))
+
+
+def tile_schedule(offs: np.ndarray, bm: int) -> tuple[np.ndarray, np.ndarray]:
+    """One (expert, first row) entry per BM-row tile of each expert's segment (see row_tiles)."""
+    offs = np.asarray(offs, dtype=np.int64)
+    te, tr = [], []
+    for e in range(len(offs) - 1):
+        for r in range(int(offs[e]), int(offs[e + 1]), bm):
+            te.append(e)
+            tr.append(r)
+    return np.asarray(te, np.int32), np.asarray(tr, np.int32)
+
+
+def row_tiles(tile_expert: np.ndarray, tile_row: np.ndarray, offs: np.ndarray, bm: int) -> np.ndarray:
+    """row_tile[M]: the tile that stores each sorted row (the schedule's inverse; the grouped GEMMs
+    state the schedule contract with it)."""
+    offs = np.asarray(offs, dtype=np.int64)
+    out = np.full(int(offs[-1]), -1, np.int32)
+    for t, (e, r0) in enumerate(zip(tile_expert, tile_row)):
+        out[int(r0):min(int(r0) + bm, int(offs[int(e) + 1]))] = t
+    return out
+
+
+def gather(x: np.ndarray, row_token: np.ndarray) -> np.ndarray:
+    """X_sorted: row r is the token row_token[r] of x."""
+    return np.asarray(x)[np.asarray(row_token, dtype=np.int64)]
+
+
+def _silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def moe_layer_reference(x, wg, wu, wd, top_k: int | None = None, logits=None, routing=None) -> np.ndarray:
+    """The layer per token in float64: out[t] = sum_k w[t,k] * (silu(x Wg[e]) * (x Wu[e])) Wd[e].
+
+    Give either `logits` (routed here with `route`) or `routing` = (topk_ids, topk_w)."""
+    if routing is None:
+        routing = route(logits, top_k)
+    ids, w = routing
+    x, wg, wu, wd = (np.asarray(a, dtype=np.float64) for a in (x, wg, wu, wd))
+    out = np.zeros((x.shape[0], wd.shape[2]))
+    for t in range(x.shape[0]):
+        for k in range(ids.shape[1]):
+            e = int(ids[t, k])
+            h = _silu(x[t] @ wg[e]) * (x[t] @ wu[e])
+            out[t] += float(w[t, k]) * (h @ wd[e])
+    return out
+
+
+def _bf16(a):
+    from argus.interp.numerics import round_to
+
+    return round_to(np.asarray(a, dtype=np.float32), _dtype("bf16"))
+
+
+def _dtype(name):
+    from argus.dsl.types import DTYPES
+
+    return DTYPES[name]
+
+
+def metadata(topk_ids: np.ndarray, topk_w: np.ndarray, n_experts: int, bm: int) -> dict[str, np.ndarray]:
+    """Every metadata tensor the three kernels take, by argument name."""
+    rows = sort_rows(topk_ids, n_experts)
+    te, tr = tile_schedule(rows.offs, bm)
+    return {"row_token": rows.row_token, "row_expert": rows.row_expert, "offs": rows.offs, "pos": rows.pos,
+            "tile_expert": te, "tile_row": tr, "row_tile": row_tiles(te, tr, rows.offs, bm),
+            "topk_ids": np.asarray(topk_ids, np.int32), "topk_w": np.asarray(topk_w, np.float32)}
+
+
+def layer(x, logits, wg, wu, wd, top_k: int, defines: dict | None = None, path: str | Path = EXAMPLE,
+          order=None) -> np.ndarray:
+    """Route on the host, then run moe_up, moe_down and moe_combine in the interpreter; bf16 output.
+
+    `defines` are compile-time parameters (e.g. BM=64) given to all three kernels; `order` optionally
+    reverses the block order of every launch ("reverse") to exercise another schedule."""
+    from argus.ir.build import build_file
+
+    defines = dict(defines or {})
+    x, wg, wu, wd = (_bf16(a) for a in (x, wg, wu, wd))
+    t, hid = x.shape
+    e, _, f = wg.shape
+    ids, w = route(logits, top_k)
+    bm = int(build_file(path, {n: v for n, v in defines.items() if n != "BH"}, "moe_up").param_dict["BM"])
+    meta = metadata(ids, w, e, bm)
+    m = t * top_k
+    xs = gather(x, meta["row_token"])
+    hs = np.full((m, f), np.nan, np.float32)
+    ys = np.full((m, hid), np.nan, np.float32)
+    out = np.full((t, hid), np.nan, np.float32)
+    run = _runner(path, defines, order)
+    run("moe_up", Xs=xs, Wg=wg, Wu=wu, offs=meta["offs"], tile_expert=meta["tile_expert"],
+        tile_row=meta["tile_row"], row_tile=meta["row_tile"], Hs=hs)
+    run("moe_down", Hs=hs, Wd=wd, offs=meta["offs"], tile_expert=meta["tile_expert"], tile_row=meta["tile_row"],
+        row_tile=meta["row_tile"], Ys=ys)
+    run("moe_combine", Ys=ys, pos=meta["pos"], topk_w=meta["topk_w"], topk_ids=meta["topk_ids"],
+        row_token=meta["row_token"], row_expert=meta["row_expert"], Out=out)
+    return out
+
+
+def _runner(path, defines, order):
+    from argus.dsl import ast
+    from argus.dsl.parser import parse_file
+    from argus.interp.machine import execute, grid_size
+    from argus.ir.build import build_file
+
+    module = parse_file(path)
+
+    def run(name: str, **arrays):
+        node = next(k for k in module.kernels if k.name == name)
+        own = {s.name for s in node.body if isinstance(s, ast.Param)}
+        k = build_file(path, {n: v for n, v in defines.items() if n in own}, name)
+        dims: dict[str, int] = {}
+        for td in k.tensors:
+            for d, n in zip(td.dims, arrays[td.name].shape):
+                if isinstance(d, str):
+                    if dims.setdefault(d, n) != n:
+                        raise ValueError(f"{name}: dimension {d} is {dims[d]} and {n}")
+        blocks = None
+        if order == "reverse":
+            import itertools
+
+            g = grid_size(k, dims, {})
+            blocks = list(itertools.product(*(range(n) for n in g)))[::-1]
+        execute(k, arrays, dims, {}, blocks=blocks)
+    return run
+
+
+# ---- inputs for `argus run --interp` and for replaying the verifier's counterexamples ----
+METADATA_NAMES = {"offs", "tile_expert", "tile_row", "row_tile", "pos", "topk_w", "topk_ids", "row_token", "row_expert"}
+
+
+def is_moe_kernel(kernel) -> bool:
+    """Kernels whose integer inputs are this module's routing metadata (by argument name)."""
+    ints = {t.name for t in kernel.tensors if not t.dtype.is_float and t.name in kernel.inputs}
+    return bool(ints) and ints <= METADATA_NAMES
+
+
+def routed_dims(kernel, tokens: int = 37, experts: int = 4, top_k: int = 2, bm: int | None = None,
+                hid: int = 72, ffn: int = 80, seed: int = 0, empty_expert: bool = True
+                ) -> tuple[dict[str, int], dict[str, np.ndarray]]:
+    """Dims and metadata tensors of a real routing for `kernel` (an MoE kernel of examples/moe.arg):
+    irregular expert sizes (not multiples of BM), one expert without rows when `empty_expert`."""
+    rng = np.random.default_rng(seed)
+    logits = rng.standard_normal((tokens, experts))
+    if empty_expert and experts > top_k:
+        logits[:, experts - 1] = -1e9  # the last expert gets no token
+    ids, w = route(logits, top_k)
+    bm = bm or int(kernel.param_dict.get("BM", 128))
+    meta = metadata(ids, w, experts, bm)
+    m = tokens * top_k
+    dims = {"M": m, "HID": hid, "F": ffn, "E": experts, "E1": experts + 1, "NT": len(meta["tile_expert"]),
+            "T": tokens, "KTOP": top_k}
+    return {d: dims[d] for d in kernel.dims if d in dims}, meta
+
+
+def make_inputs(kernel, dims: dict[str, int], meta: dict[str, np.ndarray], rng: np.random.Generator
+                ) -> dict[str, np.ndarray]:
+    """Random float inputs (bf16-rounded), the given metadata, outputs poisoned with NaN."""
+    from argus.interp.run import make_arrays
+
+    arrays = make_arrays(kernel, dims, rng)
+    for name, v in meta.items():
+        if name in arrays:
+            arrays[name] = np.asarray(v).astype(arrays[name].dtype)
+    return arrays

@@ -1,0 +1,116 @@
+"""The MoE kernels of examples/moe.arg in the interpreter, at small irregular shapes, against their
+reference: blocks and the float64 per-token layer (argus.moe.moe_layer_reference)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from argus import moe
+from argus.dsl.diagnostics import ArgusError
+from argus.interp.machine import execute
+from argus.interp.run import compare
+from argus.ir.build import build_file
+from tests.conftest import EXAMPLES
+
+PATH = EXAMPLES / "moe.arg"
+SMALL = {"BM": 64, "BN": 64, "BK": 64, "STAGES": 2, "CONSUMERS": 1}
+
+
+def _problem(t=37, e=4, k=2, hid=72, f=80, seed=1, empty=True):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((t, hid))
+    logits = rng.standard_normal((t, e))
+    if empty:
+        logits[:, e - 1] = -1e9  # expert e-1 gets no token
+    wg, wu = rng.standard_normal((e, hid, f)) / 8, rng.standard_normal((e, hid, f)) / 8
+    wd = rng.standard_normal((e, f, hid)) / 8
+    return x, logits, wg, wu, wd
+
+
+def test_routing_metadata():
+    logits = np.array([[0.0, 2.0, 1.0], [3.0, 0.0, 1.0], [0.0, 1.0, 5.0], [1.0, 1.0, 0.0]])
+    ids, w = moe.route(logits, 2)
+    assert ids.tolist() == [[1, 2], [0, 2], [2, 1], [0, 1]]
+    assert np.allclose(w.sum(axis=1), 1.0) and (w[:, 0] >= w[:, 1]).all()
+    rows = moe.sort_rows(ids, 3)
+    assert rows.offs.tolist() == [0, 2, 5, 8]
+    assert rows.row_expert.tolist() == [0, 0, 1, 1, 1, 2, 2, 2]
+    assert rows.row_token.tolist() == [1, 3, 0, 2, 3, 0, 1, 2]  # stable in token order within an expert
+    for t in range(4):
+        for k in range(2):
+            r = rows.pos[t, k]
+            assert rows.row_token[r] == t and rows.row_expert[r] == ids[t, k]
+    te, tr = moe.tile_schedule(np.array([0, 5, 5, 12]), 4)
+    assert te.tolist() == [0, 0, 2, 2] and tr.tolist() == [0, 4, 5, 9]  # expert 1 has no rows, no tile
+    assert moe.row_tiles(te, tr, np.array([0, 5, 5, 12]), 4).tolist() == [0, 0, 0, 0, 1, 2, 2, 2, 2, 3, 3, 3]
+
+
+def test_masked_store_writes_only_where_true():
+    from argus.ir.build import build_source
+
+    k = build_source("""
+kernel k(X: f32[R, C], n: i32[1], Y: f32[R, C]):
+    launch grid=(1,), threads=128
+    lim = load(n[0])
+    store(Y[0:+8, 0:+4], load(X[0:+8, 0:+4]), where=(arange(8) < lim)[:, None])
+""")
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    y = np.full((8, 4), -1.0, np.float32)
+    execute(k, {"X": x, "n": np.array([3], np.int32), "Y": y}, {"R": 8, "C": 4}, {})
+    assert (y[:3] == x[:3]).all() and (y[3:] == -1).all()
+
+
+@pytest.mark.parametrize("name", ["moe_up", "moe_down", "moe_combine"])
+def test_kernel_matches_reference(name):
+    params = SMALL if name != "moe_combine" else {"BH": 64}
+    k = build_file(PATH, params, name)
+    dims, meta = moe.routed_dims(k, tokens=37, experts=4, top_k=2, bm=params.get("BM"), hid=72, ffn=80)
+    assert meta["offs"][4] - meta["offs"][3] == 0  # an expert without rows
+    counts = np.diff(meta["offs"])
+    assert any(c % 64 for c in counts)  # segments that are not tile multiples
+    arrays = moe.make_inputs(k, dims, meta, np.random.default_rng(0))
+    inputs = {n: a.copy() for n, a in arrays.items()}
+    hazards = execute(k, arrays, dims, {}, observe_hazards=True)
+    assert not hazards, hazards
+    from argus.dsl.reference import evaluate_reference
+
+    env = {n: a.astype(np.float64) if a.dtype.kind == "f" else a for n, a in inputs.items()}
+    env.update(dims)
+    env.update(k.param_dict)
+    ref = evaluate_reference(k.reference, env)
+    for o in k.outputs:
+        c = compare(o, arrays[o], ref[o], k.tensor(o).dtype)
+        assert c.ok, c.describe()
+
+
+@pytest.mark.parametrize("order", [None, "reverse"])
+def test_layer_matches_float64_reference(order):
+    x, logits, wg, wu, wd = _problem()
+    out = moe.layer(x, logits, wg, wu, wd, 2, SMALL, order=order)
+    b = moe._bf16
+    ref = moe.moe_layer_reference(b(x), b(wg), b(wu), b(wd), 2, logits=logits)
+    assert not np.isnan(out).any()
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-2
+
+
+def test_layer_default_tiles_top1_three_experts():
+    x, logits, wg, wu, wd = _problem(t=29, e=3, k=1, hid=64, f=48, seed=3, empty=False)
+    out = moe.layer(x, logits, wg, wu, wd, 1)  # BM=128: every expert's rows sit in one partial tile
+    b = moe._bf16
+    ref = moe.moe_layer_reference(b(x), b(wg), b(wu), b(wd), 1, logits=logits)
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-2
+
+
+def test_broken_schedule_fails_the_assume_with_values():
+    k = build_file(PATH, SMALL, "moe_up")
+    dims, meta = moe.routed_dims(k, bm=64)
+    meta = dict(meta)
+    meta["tile_row"] = meta["tile_row"].copy()
+    meta["tile_row"][1] += 1000  # a tile that starts outside its expert's rows
+    arrays = moe.make_inputs(k, dims, meta, np.random.default_rng(0))
+    with pytest.raises(ArgusError) as ei:
+        execute(k, arrays, dims, {})
+    d = ei.value.diagnostics[0]
+    assert d.code == "precondition"
+    assert any("= 1025" in n and "tile_row" in n for n in d.notes), d.notes  # names the values it saw
