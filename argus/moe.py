@@ -231,6 +231,16 @@ def routed_dims(kernel, tokens: int = 37, experts: int = 4, top_k: int = 2, bm: 
     return {d: dims[d] for d in kernel.dims if d in dims}, meta
 
 
+def routed_inputs(kernel, defines: dict, seed: int | None = None) -> tuple[dict[str, int], dict[str, np.ndarray]]:
+    """Dims and inputs of an MoE kernel for `argus run` (interpreter or GPU): a real routing whose sizes
+    follow from -D T= E= KTOP= HID= F= (defaults 37, 4, 2, 72, 80; M, NT, E1 are derived), random bf16
+    activations and weights, outputs poisoned. Random integers would break the kernel's assumes."""
+    g = {d: int(defines[d]) for d in ("T", "E", "KTOP", "HID", "F") if d in defines}
+    dims, meta = routed_dims(kernel, tokens=g.get("T", 37), experts=g.get("E", 4), top_k=g.get("KTOP", 2),
+                             hid=g.get("HID", 72), ffn=g.get("F", 80), seed=seed or 0)
+    return dims, make_inputs(kernel, dims, meta, np.random.default_rng(seed))
+
+
 def make_inputs(kernel, dims: dict[str, int], meta: dict[str, np.ndarray], rng: np.random.Generator
                 ) -> dict[str, np.ndarray]:
     """Random float inputs (bf16-rounded), the given metadata, outputs poisoned with NaN."""

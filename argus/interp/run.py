@@ -125,12 +125,7 @@ def run_interp(kernel: ir.Kernel, defines: dict[str, object], seed: int | None =
     from argus import moe
 
     if arrays is None and moe.is_moe_kernel(kernel):
-        # routing metadata must satisfy the kernel's assumes: a real routing (argus.moe), whose sizes
-        # follow from -D T= E= KTOP= HID= F= (defaults 37, 4, 2, 72, 80); M, NT, E1 are derived
-        g = {d: int(defines[d]) for d in ("T", "E", "KTOP", "HID", "F") if d in defines}
-        dims, meta = moe.routed_dims(kernel, tokens=g.get("T", 37), experts=g.get("E", 4), top_k=g.get("KTOP", 2),
-                                     hid=g.get("HID", 72), ffn=g.get("F", 80), seed=seed or 0)
-        arrays = moe.make_inputs(kernel, dims, meta, rng)
+        dims, arrays = moe.routed_inputs(kernel, defines, seed)  # metadata that satisfies the assumes
     else:
         dims = resolve_dims(kernel, defines)
         arrays = arrays if arrays is not None else make_arrays(kernel, dims, rng)

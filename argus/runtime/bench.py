@@ -116,14 +116,29 @@ def to_device(a: np.ndarray, dtype_name: str, device: int = 0):
     return torch.from_numpy(np.ascontiguousarray(a)).to(f"cuda:{device}").to(torch_dtype(dtype_name))
 
 
-def check_on_gpu(gk, defines: dict[str, object], seed: int | None = None) -> tuple[tuple[OutputCheck, ...], dict]:
-    """Fresh random inputs, poisoned outputs, one launch, float64 reference, interpreter comparison."""
+def host_inputs(k: ir.Kernel, defines: dict[str, object], seed: int | None) -> tuple[dict, dict[str, np.ndarray]]:
+    """Dims and fresh host inputs (outputs poisoned): random values, or a real routing for the MoE
+    kernels, whose integer inputs are metadata the kernel's assumes constrain (argus.moe)."""
+    from argus import moe
+
+    if moe.is_moe_kernel(k):
+        return moe.routed_inputs(k, defines, seed)
+    dims = resolve_dims(k, defines)
+    return dims, make_arrays(k, dims, np.random.default_rng(seed))
+
+
+def check_on_gpu(gk, defines: dict[str, object], seed: int | None = None,
+                 arrays: dict[str, np.ndarray] | None = None) -> tuple[tuple[OutputCheck, ...], dict]:
+    """Fresh random inputs (or the given host `arrays`, e.g. MoE routing metadata with random
+    activations), poisoned outputs, one launch, float64 reference, interpreter comparison."""
     import torch
 
     k = gk.ir
-    dims = resolve_dims(k, defines)
     scalars = resolve_scalars(k, defines)
-    host = make_arrays(k, dims, np.random.default_rng(seed))
+    if arrays is not None:
+        dims, host = resolve_dims(k, defines), arrays
+    else:
+        dims, host = host_inputs(k, defines, seed)
     dev = {t.name: to_device(host[t.name], t.dtype.name, gk.device) for t in k.tensors}
     gk(**dev, **scalars)
     torch.cuda.synchronize(gk.device)
@@ -144,9 +159,17 @@ def bench_on_gpu(gk, defines: dict[str, object], iters: int = 30) -> tuple[Timin
     """Time the kernel (and cuBLAS for a GEMM reference) on rotated fresh inputs."""
     import torch
 
+    from argus import moe
+
     k = gk.ir
-    dims = resolve_dims(k, defines)
     scalars = resolve_scalars(k, defines)
+    if moe.is_moe_kernel(k):  # one routed input set (random metadata would break the assumes)
+        dims, host = host_inputs(k, defines, 0)
+        dev = {t.name: to_device(host[t.name], t.dtype.name, gk.device) for t in k.tensors}
+        t = time_interleaved({"argus": [gk.prepare(**dev, **scalars)]}, iters)
+        nbytes = float(sum(host[x.name].size * x.dtype.bytes for x in k.tensors))
+        return t["argus"], None, None, None, nbytes
+    dims = resolve_dims(k, defines)
     shapes = {t.name: tuple(d if isinstance(d, int) else dims[d] for d in t.dims) for t in k.tensors}
     set_bytes = sum(int(np.prod(s)) * t.dtype.bytes for t, s in zip(k.tensors, shapes.values()))
     nsets = max(2, min(8, -(-L2_ROTATE_BYTES // max(1, set_bytes))))
@@ -222,7 +245,7 @@ def run_command(file: str, defines: dict[str, object], kernel: str | None, *, be
     built = build(k, arch=arch or gpu_arch)
     gk = GpuKernel(built, 0)
     res = run_on_gpu(gk, defines, seed=seed, bench=bench, iters=iters)
-    dims = " ".join(f"{d}={defines[d]}" for d in k.dims)
+    dims = " ".join(f"{d}={defines[d]}" for d in k.dims if d in defines)
     if fmt == "json":
         out = {"file": file, "kernel": k.name, "ok": res.ok, "arch": built.arch,
                "outputs": [{"name": c.name, "rel_error": c.rel_error, "max_abs_error": c.max_abs_error,

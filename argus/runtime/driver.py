@@ -552,9 +552,10 @@ def make_tensor_map(
         problems.append(f"shape {tuple(shape)} must be within 1..2^32")
     if strides[-1] != item:
         problems.append(f"the inner dim must be contiguous (stride {item} B for {dt}), got {strides[-1]} B")
-    for st in strides[:-1]:
+    for ax, st in enumerate(strides[:-1]):
         if st % 16 or st <= 0 or st >= 1 << 40:
-            problems.append(f"stride {st} B must be a positive multiple of 16 below 2^40")
+            what = "row stride" if ax == rank - 2 else f"axis {ax} stride"
+            problems.append(f"{what} {st} B must be a positive multiple of 16 below 2^40")
     if any(not 1 <= b <= 256 for b in box):
         problems.append(f"box {tuple(box)} must be within 1..256 per dim")
     if (box[-1] * item) % 16:

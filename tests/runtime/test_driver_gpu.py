@@ -228,6 +228,11 @@ def test_tensor_map_rejects_bad_layouts_before_the_driver() -> None:
         drv.make_tensor_map_2d(0x1000, swizzle=16, **ok)
     with pytest.raises(ArgumentError, match="row stride 100 B"):
         drv.make_tensor_map_2d(0x1000, "f32", (8, 25), (100, 4), (8, 8))
+    # rank 3 (a batch of matrices, the batch axis indexed: box extent 1 there)
+    with pytest.raises(ArgumentError, match="axis 0 stride 1000 B"):
+        drv.make_tensor_map(0x1000, "bf16", (4, 64, 64), (1000, 128, 2), (1, 16, 64))
+    with pytest.raises(ArgumentError, match="one stride and one box extent per axis"):
+        drv.make_tensor_map(0x1000, "bf16", (4, 64, 64), (128, 2), (1, 16, 64))
 
 
 # ----------------------------------------------------------------------------------------------
