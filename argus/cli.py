@@ -184,8 +184,8 @@ def cmd_build(args) -> int:
 
 
 def cmd_run(args) -> int:
+    from argus import moe
     from argus.interp.run import run_interp
-    from argus.ir.build import build_file
 
     defines = _defines(args)
     if not args.interp:
@@ -193,7 +193,7 @@ def cmd_run(args) -> int:
 
         return run_command(args.file, defines, args.kernel, bench=args.bench, seed=args.seed, iters=args.iters,
                            arch=args.arch, fmt=args.format)
-    k = build_file(args.file, defines, args.kernel)
+    k = moe.build_for_run(args.file, defines, args.kernel)  # MoE: -D T= etc. size the routing
     res = run_interp(k, defines, seed=args.seed)
     if args.format == "json":
         print(json.dumps({"file": args.file, "kernel": k.name, "ok": res.ok, "seconds": round(res.seconds, 4),

@@ -231,6 +231,27 @@ def routed_dims(kernel, tokens: int = 37, experts: int = 4, top_k: int = 2, bm: 
     return {d: dims[d] for d in kernel.dims if d in dims}, meta
 
 
+ROUTING_SIZES = ("T", "E", "KTOP", "HID", "F")  # `argus run -D` names that size a routing
+
+
+def build_for_run(path, defines: dict, kernel_name: str | None):
+    """The kernel `argus run` runs. For an MoE kernel the routing sizes (-D T=, KTOP=, ...) need not be
+    dimensions of that kernel (moe_up has no T): they size the routing its metadata comes from. Any
+    other kernel is built with every -D, so an unknown name is still an error there."""
+    from argus.dsl.diagnostics import ArgusError
+    from argus.ir.build import build_file
+
+    rest = {d: v for d, v in defines.items() if d not in ROUTING_SIZES}
+    if len(rest) < len(defines):
+        try:
+            k = build_file(path, rest, kernel_name)
+        except ArgusError:  # reported by the build with every -D below
+            k = None
+        if k is not None and is_moe_kernel(k):
+            return k
+    return build_file(path, defines, kernel_name)
+
+
 def routed_inputs(kernel, defines: dict, seed: int | None = None) -> tuple[dict[str, int], dict[str, np.ndarray]]:
     """Dims and inputs of an MoE kernel for `argus run` (interpreter or GPU): a real routing whose sizes
     follow from -D T= E= KTOP= HID= F= (defaults 37, 4, 2, 72, 80; M, NT, E1 are derived), random bf16

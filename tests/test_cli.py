@@ -117,3 +117,14 @@ def test_internal_errors_are_not_tracebacks(monkeypatch, capsys):
     monkeypatch.delenv("ARGUS_DEBUG", raising=False)
     code, _, err = run(capsys, "check", GEMM)
     assert code == 3 and "internal compiler error: RuntimeError: simulated bug" in err and "Traceback" not in err
+
+
+def test_run_moe_kernel_with_routing_sizes(capsys):
+    """-D T= and KTOP= size the routing of an MoE kernel even where they are not its dimensions
+    (moe_up has no T); elsewhere they stay unknown-define errors."""
+    moe = str(ROOT / "examples" / "moe.arg")
+    code, out, _ = run(capsys, "run", moe, "--interp", "--kernel", "moe_up", "-D", "T=50", "-D", "KTOP=2",
+                       "-D", "E=8", "-D", "HID=64", "-D", "F=64")
+    assert code == 0 and "ok   Hs" in out and "M=100" in out, out
+    code, _, err = run(capsys, "run", GEMM, "--interp", "-D", "T=5", "-D", "M=64", "-D", "N=64", "-D", "K=64")
+    assert code == 1 and "[unknown-define]" in err

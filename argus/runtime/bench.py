@@ -231,9 +231,9 @@ def run_command(file: str, defines: dict[str, object], kernel: str | None, *, be
     """`argus run FILE [--bench]` on the GPU: check against the reference, then (with --bench) time."""
     import json
 
+    from argus import moe
     from argus.codegen.compile import build
     from argus.codegen.nvrtc import detect_arch
-    from argus.ir.build import build_file
     from argus.runtime.launch import GpuKernel
 
     gpu_arch = detect_arch(0)
@@ -241,7 +241,7 @@ def run_command(file: str, defines: dict[str, object], kernel: str | None, *, be
         from argus.dsl.diagnostics import error
 
         raise error("no-gpu", "no CUDA GPU on this machine", None, "run in the interpreter with --interp")
-    k = build_file(file, defines, kernel)
+    k = moe.build_for_run(file, defines, kernel)  # MoE: -D T= etc. size the routing
     built = build(k, arch=arch or gpu_arch)
     gk = GpuKernel(built, 0)
     res = run_on_gpu(gk, defines, seed=seed, bench=bench, iters=iters)
