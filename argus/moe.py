@@ -207,10 +207,15 @@ def _runner(path, defines, order):
 METADATA_NAMES = {"offs", "tile_expert", "tile_row", "row_tile", "pos", "topk_w", "topk_ids", "row_token", "row_expert"}
 
 
+ROUTED_DIMS = {"M", "HID", "F", "E", "E1", "NT", "T", "KTOP"}  # what routed_dims can size
+
+
 def is_moe_kernel(kernel) -> bool:
-    """Kernels whose integer inputs are this module's routing metadata (by argument name)."""
+    """Kernels over this module's routing metadata: every integer input is a metadata tensor (by
+    argument name) and every dimension is one routed_dims derives (the convention of
+    examples/moe.arg). Any other kernel gets the generic random inputs."""
     ints = {t.name for t in kernel.tensors if not t.dtype.is_float and t.name in kernel.inputs}
-    return bool(ints) and ints <= METADATA_NAMES
+    return bool(ints) and ints <= METADATA_NAMES and set(kernel.dims) <= ROUTED_DIMS
 
 
 def routed_dims(kernel, tokens: int = 37, experts: int = 4, top_k: int = 2, bm: int | None = None,
@@ -256,9 +261,11 @@ def routed_inputs(kernel, defines: dict, seed: int | None = None) -> tuple[dict[
     """Dims and inputs of an MoE kernel for `argus run` (interpreter or GPU): a real routing whose sizes
     follow from -D T= E= KTOP= HID= F= (defaults 37, 4, 2, 72, 80; M, NT, E1 are derived), random bf16
     activations and weights, outputs poisoned. Random integers would break the kernel's assumes."""
+    if seed is None:  # fresh routing and activations on every unseeded run
+        seed = int(np.random.default_rng().integers(1 << 31))
     g = {d: int(defines[d]) for d in ("T", "E", "KTOP", "HID", "F") if d in defines}
     dims, meta = routed_dims(kernel, tokens=g.get("T", 37), experts=g.get("E", 4), top_k=g.get("KTOP", 2),
-                             hid=g.get("HID", 72), ffn=g.get("F", 80), seed=seed or 0)
+                             hid=g.get("HID", 72), ffn=g.get("F", 80), seed=seed)
     return dims, make_inputs(kernel, dims, meta, np.random.default_rng(seed))
 
 

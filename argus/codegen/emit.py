@@ -522,7 +522,13 @@ class Emitter(Expressions):
                 self.open("} else")
                 self.stmts(s.orelse)
             self.close()
-            self.pending = {**self.pending, **after_then}
+            after_else = self.pending
+            self.pending = {**after_else, **after_then}
+            merged = list(self.pending)
+            if any([n for n in merged if n in branch] != list(branch) for branch in (after_then, after_else)):
+                # the branches committed in different orders: no single wait_group count is right for
+                # both paths, so wait for everything here
+                self.flush_wgmma()
             if isinstance(s.cond, ir.Const):  # a compile-time branch: its index tiles are the ones in force
                 self.index_def = then_defs if s.cond.value else self.index_def
             else:

@@ -271,11 +271,36 @@ class Expressions:
             return rounded(self.math(e.fn, args, dt, nonneg=False))
         raise unsupported(f"{type(e).__name__.lower()} on register tiles", e.span)
 
+    def index_pure(self, e: ir.Expr) -> bool:
+        """A tile computed from arange, constants and scalars only (no registers): any thread can
+        evaluate any element of it from the element's position."""
+        if not isinstance(e.type, TileT):
+            return True
+        if isinstance(e, (ir.Arange, ir.Full)):
+            return True
+        if isinstance(e, ir.Var):
+            lay = self.scope.layout(e.name)
+            return lay is not None and lay.kind == "index"
+        if isinstance(e, ir.Tag):
+            return self.index_pure(e.x)
+        if isinstance(e, (ir.Bin, ir.Cmp)):
+            return self.index_pure(e.a) and self.index_pure(e.b)
+        if isinstance(e, ir.Un):
+            return self.index_pure(e.a)
+        if isinstance(e, ir.Select):
+            return all(self.index_pure(x) for x in (e.cond, e.a, e.b))
+        if isinstance(e, ir.Math):
+            return all(self.index_pure(x) for x in e.args)
+        return False
+
     def broadcast(self, e: ir.Reshape, i: str | int, tm: TileMap, loads: dict[int, str], pos) -> str:
         """x[:, None] read by slot i of a 2-D tile: the row vector's value for the slot's row, from the
         row slice of the tile's fragment (slot map of fragments.slice_fragment); x[None, :] of an index
         tile: its value at the slot's column."""
         src, dst = e.x.type.shape, e.type.shape
+        if len(src) == 1 and len(dst) == 2 and dst == (src[0], 1) and pos is None and len(tm.layout.shape) == 2 \
+                and self.index_pure(e.x):
+            return self.ex(e.x, i, tm, loads, pos=tm.row(i))  # (r0 + arange(BM))[:, None]: the slot's row
         if len(src) == 1 and len(dst) == 2 and dst == (src[0], 1) and pos is None and len(tm.layout.shape) == 2:
             rows = rows_reg_layout(tm.layout)
             if rows is None:

@@ -420,7 +420,7 @@ def load_into(em: Emitter, name: str, e: ir.Load, tm: TileMap) -> None:
     em.line("#pragma unroll")
     em.open(f"for (int ag_i = 0; ag_i < {tm.slots}; ++ag_i)")
     r, c = _rc(tm, "ag_i")
-    em.line(f"const int ag_r = {r}, ag_c = {c};")
+    em.line(f"const int ag_r = {r}, ag_c = {c};" if gv.row_axis is not None else f"const int ag_c = {c};  // one row")
     off = gv.offset(gb, "ag_r", "ag_c")
     if e.masked:
         em.line(f"{name}[ag_i] = ({gv.in_range('ag_r', 'ag_c')}) ? {gv.ptr}[{off}] : {from_compute(dt, '0')};")
@@ -466,7 +466,7 @@ def store(em: Emitter, s: ir.Store) -> None:
     em.open(f"for (int ag_j = 0; ag_j < {tm.slots // v}; ++ag_j)")
     em.line(f"const int ag_i = ag_j * {v};")
     r, c = _rc(tm, "ag_i")
-    em.line(f"const int ag_r = {r}, ag_c = {c};")
+    em.line(f"const int ag_r = {r}, ag_c = {c};" if gv.row_axis is not None else f"const int ag_c = {c};  // one row")
     off = gv.offset(gb, "ag_r", "ag_c")
 
     def value(k: str) -> str:

@@ -110,6 +110,7 @@ class _Checker:
         self.inputs: list[str] = []
         self.launch: LaunchInfo | None = None
         self.tag_fields: set[str] = set()
+        self.scalar_loads: dict[str, ast.Expr] = {}  # tensor -> its first scalar load
         self.role_depth = 0
         self.pipeline_depth = 0
         self.lambda_vars: list[set[str]] = []
@@ -185,6 +186,11 @@ class _Checker:
                     raise self.err("bad-define", f"-D {d}={v!r}: a dimension must be a positive integer",
                                    k.name_span)
         self.block(k.body, top=True)
+        for name, node in self.scalar_loads.items():
+            if name in self.outputs:
+                # the verifier models a scalar-loaded tensor as fixed contents (an uninterpreted function)
+                raise self.err("type", f"load({name}[...]) reads a scalar from '{name}', which this kernel also "
+                               "stores to", node, "scalar loads read inputs only (routing metadata, schedules)")
         if self.launch is None:
             raise self.err("missing-launch", f"kernel '{k.name}' has no launch geometry", k.name_span,
                            "add e.g. `launch grid=(cdiv(M, BM), cdiv(N, BN)), threads=256`")
@@ -1021,6 +1027,7 @@ def _scalar_load(c: _Checker, e: ast.Call) -> Type | None:
             raise c.err("type", "None (new axis) is not allowed on a global tensor", it)
         c.need_index(it, "an index")
     c.types[id(a)] = TileT(g.dtype, (), "global")
+    c.scalar_loads.setdefault(g.name, a)
     _note_read(c, a)
     return c.set(e, ScalarT(g.dtype, False))
 

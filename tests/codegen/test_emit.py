@@ -303,3 +303,55 @@ def test_index_tile_defined_under_a_runtime_branch_is_refused_after_it() -> None
         generate(build_source(src))
     # a compile-time branch is fine: its definition is the one in force
     generate(build_source(src.replace("if N > 32:", "if True:")))
+
+
+BRANCH_ORDER = """
+kernel two(A: bf16[M, 64], B: bf16[64, N], C1: f32[M, N], C2: f32[M, N]):
+    launch grid=(cdiv(M, 64), cdiv(N, 64)), threads=128
+    bm = block_id(0)
+    bn = block_id(1)
+    a_s = shared(bf16[64, 64], swizzle=128)
+    b_s = shared(bf16[64, 64], swizzle=128)
+    copy(a_s, A[bm * 64 : +64, 0 : +64])
+    copy(b_s, B[0 : +64, bn * 64 : +64])
+    barrier()
+    acc1 = zeros(f32[64, 64])
+    acc2 = zeros(f32[64, 64])
+    if M % 2 == 0:
+        acc2 = mma(a_s, b_s, acc2, instr="wgmma")
+        acc1 = mma(a_s, b_s, acc1, instr="wgmma")
+    else:
+        acc1 = mma(a_s, b_s, acc1, instr="wgmma")
+        acc2 = mma(a_s, b_s, acc2, instr="wgmma")
+    store(C1[bm * 64 : +64, bn * 64 : +64], acc1)
+    store(C2[bm * 64 : +64, bn * 64 : +64], acc2)
+reference:
+    C1 = A @ B
+    C2 = A @ B
+"""
+
+
+def test_branches_committing_in_different_orders_wait_for_everything() -> None:
+    """wait_group N counts groups in commit order; when the two branches of an `if` commit the same
+    accumulators in different orders, no count is right for both paths: the merge waits for all."""
+    src = generate(build_source(BRANCH_ORDER), "two.arg").source
+    after = src[src.index("} else {"):]
+    first_wait = after[after.index("ag_wgmma_wait<"):].split("\n")[0]
+    assert first_wait.startswith("ag_wgmma_wait<0>();"), first_wait
+    assert after.index("ag_wgmma_wait<0>();") < after.index("// store")
+
+
+def test_row_broadcast_mask_in_a_blocked_layout() -> None:
+    """store(where=(r0 + arange(BR))[:, None] < limit): the mask is evaluated per slot from its row,
+    whatever the layout (here blocked rows that no single warp holds whole)."""
+    k = build_source("""
+kernel bcast(X: f32[R, 64], Y: f32[R, 64]):
+    launch grid=(cdiv(R, 32),), threads=128
+    r = block_id(0)
+    x = load(X[r * 32 : +32, 0 : +64])
+    store(Y[r * 32 : +32, 0 : +64], x * 2.0, where=(r * 32 + arange(32))[:, None] < R - 1)
+reference:
+    Y = where(arange(R)[:, None] < R - 1, X * 2.0, nan)
+""")
+    b = build(k, arch="sm_90a", cache=False)
+    assert "< (R - 1)" in b.generated.source and b.result.binary

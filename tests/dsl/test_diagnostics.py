@@ -226,6 +226,19 @@ def test_scalar_load_needs_every_index():
     assert d.code == "rank"
 
 
+def test_scalar_load_of_an_output_is_refused():
+    d = _diag("""
+kernel k(T: i32[N], Y: i32[N]):
+    launch grid=(N,), threads=32
+    t = block_id(0)
+    v = load(Y[t])
+    store(Y[t : +1], full(i32[1], v + 1))
+reference:
+    Y = Y + 1
+""")
+    assert d.code == "type" and "also stores to" in d.message and (d.span.line, d.span.col) == (5, 14)
+
+
 def test_scalar_load_and_mask_lower():
     from argus.dsl.types import ScalarT
     from argus.ir import nodes as ir

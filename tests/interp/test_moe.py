@@ -114,3 +114,24 @@ def test_broken_schedule_fails_the_assume_with_values():
     d = ei.value.diagnostics[0]
     assert d.code == "precondition"
     assert any("= 1025" in n and "tile_row" in n for n in d.notes), d.notes  # names the values it saw
+
+
+def test_a_kernel_with_a_metadata_name_but_its_own_dims_gets_generic_inputs() -> None:
+    """Routed inputs are only for kernels whose dims argus.moe can size; an integer input that happens
+    to be called `offs` in another kernel must not send it there (it used to end in a KeyError)."""
+    from argus.interp.run import run_interp
+    from argus.ir.build import build_source
+
+    k = build_source("""
+kernel ragged(X: f32[N, C], offs: i32[S1], Y: f32[N, C]):
+    param BR = 32
+    launch grid=(cdiv(N, BR),), threads=128
+    r = block_id(0)
+    o = load(offs[0])
+    store(Y[r * BR : +BR, 0 : +32], load(X[r * BR : +BR, 0 : +32]) * 2.0 + o)
+reference:
+    Y = X * 2.0 + offs[0]
+""")
+    assert not moe.is_moe_kernel(k)
+    res = run_interp(k, {"N": 100, "C": 32, "S1": 5}, seed=1)
+    assert res.ok, [c.describe() for c in res.checks]
