@@ -14,7 +14,7 @@ import numpy as np
 from argus.analysis.findings import Finding, Replay
 from argus.dsl.diagnostics import ArgusError
 from argus.interp.machine import execute
-from argus.interp.run import compare, make_arrays, resolve_scalars
+from argus.interp.run import compare, make_arrays, reference_env, resolve_scalars
 from argus.ir import nodes as ir
 
 MAX_ELEMENTS = 1 << 22  # replay only shapes the interpreter runs in seconds
@@ -83,11 +83,7 @@ def replay(kernel: ir.Kernel, defines: dict[str, object], f: Finding, seed: int 
         return Replay(False, "no reference: block to compare the output with")
     from argus.dsl.reference import evaluate_reference
 
-    env = {n: a.astype(np.float64) if a.dtype.kind == "f" else a for n, a in inputs.items()}
-    env.update(dims)
-    env.update(kernel.param_dict)
-    env.update(scalars)
-    ref = evaluate_reference(kernel.reference, env)
+    ref = evaluate_reference(kernel.reference, reference_env(kernel, inputs, dims, scalars))
     for o in kernel.outputs:
         c = compare(o, arrays[o], ref[o], kernel.tensor(o).dtype, strict=True)
         if not c.ok:
@@ -149,11 +145,7 @@ def _replay_routed(kernel: ir.Kernel, defines: dict[str, object], f: Finding, se
             return Replay(False, "no reference: block to compare the output with")
         from argus.dsl.reference import evaluate_reference
 
-        env = {n: a.astype(np.float64) if a.dtype.kind == "f" else a for n, a in base.items()}
-        env.update(dims)
-        env.update(kernel.param_dict)
-        env.update(scalars)
-        ref = evaluate_reference(kernel.reference, env)
+        ref = evaluate_reference(kernel.reference, reference_env(kernel, base, dims, scalars))
         for o in kernel.outputs:
             c = compare(o, arrays[o], ref[o], kernel.tensor(o).dtype, strict=True)
             if not c.ok and c.first_bad is not None:

@@ -115,6 +115,16 @@ def compare(name: str, out: np.ndarray, ref, dtype, strict: bool = False) -> Out
     return OutputCheck(name, rel, mx, max(0, nonfinite), tolerance(dtype), bad, first)
 
 
+def reference_env(kernel: ir.Kernel, arrays: dict[str, np.ndarray], dims: dict[str, int],
+                  scalars: dict[str, object]) -> dict[str, object]:
+    """What the `reference:` block sees: copies of the arrays (floats in float64), dims, params, scalars."""
+    env: dict[str, object] = {n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy() for n, a in arrays.items()}
+    env.update(dims)
+    env.update(kernel.param_dict)
+    env.update(scalars)
+    return env
+
+
 def run_interp(kernel: ir.Kernel, defines: dict[str, object], seed: int | None = None,
                arrays: dict[str, np.ndarray] | None = None) -> RunResult:
     if kernel.reference is None:
@@ -129,10 +139,7 @@ def run_interp(kernel: ir.Kernel, defines: dict[str, object], seed: int | None =
     else:
         dims = resolve_dims(kernel, defines)
         arrays = arrays if arrays is not None else make_arrays(kernel, dims, rng)
-    env = {n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy() for n, a in arrays.items()}
-    env.update(dims)
-    env.update(kernel.param_dict)
-    env.update(scalars)
+    env = reference_env(kernel, arrays, dims, scalars)  # the inputs before the kernel writes outputs
     t0 = time.perf_counter()
     execute(kernel, arrays, dims, scalars)
     seconds = time.perf_counter() - t0

@@ -20,7 +20,7 @@ import numpy as np
 
 from argus.dsl import ast
 from argus.dsl.reference import evaluate_reference
-from argus.interp.run import OutputCheck, compare, make_arrays, resolve_dims, resolve_scalars
+from argus.interp.run import OutputCheck, compare, make_arrays, reference_env, resolve_dims, resolve_scalars
 from argus.ir import nodes as ir
 
 L2_ROTATE_BYTES = 256 << 20  # input sets rotate over at least this much memory (the H200's L2 is 50 MB)
@@ -142,11 +142,7 @@ def check_on_gpu(gk, defines: dict[str, object], seed: int | None = None,
     dev = {t.name: to_device(host[t.name], t.dtype.name, gk.device) for t in k.tensors}
     gk(**dev, **scalars)
     torch.cuda.synchronize(gk.device)
-    env = {n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy() for n, a in host.items()}
-    env.update(dims)
-    env.update(k.param_dict)
-    env.update(scalars)
-    ref = evaluate_reference(k.reference, env)
+    ref = evaluate_reference(k.reference, reference_env(k, host, dims, scalars))
     checks = []
     for o in k.outputs:
         out = dev[o].float().cpu().numpy() if dev[o].dtype.is_floating_point else dev[o].cpu().numpy()

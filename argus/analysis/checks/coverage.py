@@ -91,15 +91,7 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
                 _record(status, findings, "output-unwritten", base, z3.And(in_range, none), ctx, c, out, trace,
                         f"output '{out}' has elements no block writes", stores[0].span if stores else a.kernel.span)
             if not _done(status, findings, "output-written-twice", out) and stores:
-                b1 = tuple(z3.Int(f"p{d}") for d in range(3))
-                b2 = tuple(z3.Int(f"r{d}") for d in range(3))
-                pairs = []
-                for i, s1 in enumerate(stores):
-                    for j, s2 in enumerate(stores):
-                        if j < i:
-                            continue
-                        distinct = z3.Or(*[x != y for x, y in zip(b1, b2)]) if i == j else z3.BoolVal(True)
-                        pairs.append(z3.And(distinct, covers(s1, b1), covers(s2, b2)))
+                b1, b2, pairs = _two_writers(stores, covers)
                 _record(status, findings, "output-written-twice", base,
                         z3.And(in_range, in_grid(b1), in_grid(b2), z3.Or(*pairs)), ctx, c, out, trace,
                         f"output '{out}' has elements written more than once", stores[0].span)
@@ -154,15 +146,7 @@ def _data_coverage(status, findings, a, ctx, trace, base, block_names, out, stor
         return [z3.Implies(in_grid(blk), z3.And(*out_f))] if out_f else []
 
     if not _done(status, findings, "output-written-twice", out):
-        b1 = tuple(z3.Int(f"p{d}") for d in range(3))
-        b2 = tuple(z3.Int(f"r{d}") for d in range(3))
-        pairs = []
-        for i, s1 in enumerate(stores):
-            for j, s2 in enumerate(stores):
-                if j < i:
-                    continue
-                distinct = z3.Or(*[x != y for x, y in zip(b1, b2)]) if i == j else z3.BoolVal(True)
-                pairs.append(z3.And(distinct, covers(s1, b1), covers(s2, b2)))
+        b1, b2, pairs = _two_writers(stores, covers)
         formula = z3.And(in_range, in_grid(b1), in_grid(b2), *facts(b1, stores), *facts(b2, stores), z3.Or(*pairs))
         _record(status, findings, "output-written-twice", base, formula, ctx, c, out, trace,
                 f"output '{out}' has elements written more than once", stores[0].span)
@@ -297,3 +281,18 @@ def _tensor_values(m, ctx, formula, limit: int = 16) -> dict:
                 out.setdefault(f"{x.decl().name()}[{', '.join(map(str, args))}]", value(m, x))
         todo.extend(x.children())
     return out
+
+
+def _two_writers(stores, covers):
+    """Blocks b1, b2 and the ways two writes of one element can happen: two stores (or one store in
+    two different blocks) covering it."""
+    b1 = tuple(z3.Int(f"p{d}") for d in range(3))
+    b2 = tuple(z3.Int(f"r{d}") for d in range(3))
+    pairs = []
+    for i, s1 in enumerate(stores):
+        for j, s2 in enumerate(stores):
+            if j < i:
+                continue
+            distinct = z3.Or(*[x != y for x, y in zip(b1, b2)]) if i == j else z3.BoolVal(True)
+            pairs.append(z3.And(distinct, covers(s1, b1), covers(s2, b2)))
+    return b1, b2, pairs
