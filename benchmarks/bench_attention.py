@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from benchlib import checked_variants, write_markdown  # noqa: E402
+from benchlib import checked_variants, output_args, write_markdown  # noqa: E402
 
 FA_FILE = "examples/flash_attention.arg"
 TOKENS, WIDTH = 16384, 2048
@@ -287,11 +287,7 @@ def main() -> int:
     ap.add_argument("--variants", default=",".join(v.key for v in VARIANTS))
     ap.add_argument("--configs", default=",".join(f"{s}x{d}{'c' if c else ''}" for s, d, c in CONFIGS),
                     help="SxD, with a trailing c for causal (e.g. 4096x128,4096x128c)")
-    ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--md", default=str(ROOT / "benchmarks" / "RESULTS.md"), help="markdown output ('-': stdout)")
-    ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "/tmp"), "bench_attention.json"))
-    ap.add_argument("--no-child-check", action="store_true")
-    ap.add_argument("--child-check", help=argparse.SUPPRESS)
+    output_args(ap, "attention", iters=30)
     args = ap.parse_args()
     if args.child_check:
         return child_check(args.child_check)

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from benchlib import checked_variants, write_markdown  # noqa: E402
+from benchlib import checked_variants, output_args, write_markdown  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (4096, 14336, 4096), (128, 4096, 4096),
           (8205, 5921, 2949)]
@@ -239,11 +239,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variants", default=",".join(v.key for v in VARIANTS))
     ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
-    ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--md", default=str(ROOT / "benchmarks" / "RESULTS.md"), help="markdown output ('-': stdout)")
-    ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "/tmp"), "bench_gemm.json"))
-    ap.add_argument("--no-child-check", action="store_true")
-    ap.add_argument("--child-check", help=argparse.SUPPRESS)
+    output_args(ap, "gemm", iters=30)
     args = ap.parse_args()
     if args.child_check:
         return child_check(args.child_check)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from benchlib import write_markdown  # noqa: E402
+from benchlib import output_args, write_markdown  # noqa: E402
 
 T = 4096
 SHAPES = {  # name: (experts, top_k, hidden, ffn)
@@ -224,12 +223,10 @@ def markdown(res: dict, iters: int) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--iters", type=int, default=20)
+    output_args(ap, "moe", iters=20, child_check=False)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("-D", action="append", default=[], metavar="KERNEL.PARAM=VALUE",
                     help="kernel parameter, e.g. -D moe_up.BN=128")
-    ap.add_argument("--md", default=str(ROOT / "benchmarks" / "RESULTS.md"), help="markdown output ('-': stdout)")
-    ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "/tmp"), "bench_moe.json"))
     args = ap.parse_args()
     from argus.runtime.bench import gpu_description
 

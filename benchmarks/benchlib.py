@@ -8,9 +8,13 @@ child process, so a faulting or hanging kernel costs only that variant.
 
 from __future__ import annotations
 
+import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 ORDER = ("gemm", "attention", "moe")  # where a section that is not there yet goes
 
@@ -59,3 +63,14 @@ def checked_variants(script: str, variants: list, timeout: float) -> list:
         else:
             print(f"[{v.key}] excluded: it failed its correctness check", flush=True)
     return kept
+
+
+def output_args(ap: argparse.ArgumentParser, name: str, iters: int, child_check: bool = True) -> None:
+    """The options every benchmark takes: --iters, --md (its RESULTS.md section), --json, and the
+    per-variant correctness check in a child process."""
+    ap.add_argument("--iters", type=int, default=iters)
+    ap.add_argument("--md", default=str(RESULTS), help="markdown output ('-': stdout)")
+    ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "/tmp"), f"bench_{name}.json"))
+    if child_check:
+        ap.add_argument("--no-child-check", action="store_true")
+        ap.add_argument("--child-check", help=argparse.SUPPRESS)

@@ -47,7 +47,7 @@ from argus.dsl.types import ScalarT, TileT
 from argus.ir import nodes as ir
 from argus.ir.passes.layouts import blocked_reg_layout, shared_tile_layout
 from argus.ir.smem_layout import offsets as placement_offsets
-from argus.ir.transform import rewrite
+from argus.ir.transform import rewrite, scope_stmts
 
 MAX_SMEM = 227 * 1024  # per block on sm_90 (232448 B opt-in)
 DEFER_ENV = "ARGUS_WGMMA_WAIT"  # "defer" or "eager": when the generated code waits for a wgmma group
@@ -85,16 +85,6 @@ class Scope:
                 return s.layouts[name]
             s = s.parent
         return None
-
-
-def _scope_stmts(body):
-    for s in body:
-        if isinstance(s, ir.Role):
-            continue
-        yield s
-        for f in ("body", "then", "orelse"):
-            if hasattr(s, f):
-                yield from _scope_stmts(getattr(s, f))
 
 
 def single_thread_role(role: ir.Role) -> bool:
@@ -381,7 +371,7 @@ class Emitter(Expressions):
 
     def declare(self, body) -> None:
         types: dict[str, tuple[str, int | None]] = {}
-        for s in _scope_stmts(body):
+        for s in scope_stmts(body):
             if not isinstance(s, ir.Let):
                 continue
             t = s.value.type

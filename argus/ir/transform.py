@@ -42,6 +42,17 @@ def rename_locals(stmts: tuple[ir.Stmt, ...], names: dict[str, str]) -> tuple[ir
     return rewrite(stmts, fn)
 
 
+def scope_stmts(body):
+    """Statements of one scope (the block, or one role), nested loops and ifs included, roles excluded."""
+    for s in body:
+        if isinstance(s, ir.Role):
+            continue
+        yield s
+        for f in ("body", "then", "orelse"):
+            if hasattr(s, f):
+                yield from scope_stmts(getattr(s, f))
+
+
 def walk(node):
     """Yield every IR node (expressions, refs, statements) under `node`, pre-order."""
     if isinstance(node, tuple):

@@ -486,28 +486,15 @@ _TMA_DTYPES = {
 _SWIZZLES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
 
 
-def make_tensor_map_2d(
-    ptr: Any,
-    dtype: str,
-    shape: Sequence[int],
-    strides_bytes: Sequence[int],
-    box: Sequence[int],
-    swizzle: int | str = 0,
-    *,
-    l2_promotion: int = 128,
-    oob_nan: bool = False,
-) -> Any:
-    """A ``CUtensorMap`` for TMA tiled copies of a row-major 2D tensor (``make_tensor_map`` of rank 2).
-
-    ``shape`` = (rows, cols) and ``strides_bytes`` = (row stride, element size) in numpy order; ``box``
-    = (box rows, box cols) is the tile one copy moves. ``swizzle`` is 0/32/64/128 (bytes) or
-    "none"/"32B"/"64B"/"128B". Out-of-bounds elements of a box read as zero (NaN with ``oob_nan``).
-    Pass the result as a kernel argument for a ``const __grid_constant__ CUtensorMap`` parameter.
+def make_tensor_map_2d(ptr: Any, dtype: str, shape: Sequence[int], strides_bytes: Sequence[int],
+                       box: Sequence[int], swizzle: int | str = 0, **options: Any) -> Any:
+    """A ``CUtensorMap`` for TMA tiled copies of a row-major 2D tensor (``make_tensor_map`` of rank 2):
+    ``shape`` = (rows, cols), ``strides_bytes`` = (row stride, element size), ``box`` = (box rows, box
+    cols). Pass the result as a kernel argument for a ``const __grid_constant__ CUtensorMap`` parameter.
     """
     if len(shape) != 2 or len(strides_bytes) != 2 or len(box) != 2:
         raise ArgumentError("tensor map: make_tensor_map_2d takes 2-D shape, strides and box")
-    return make_tensor_map(ptr, dtype, shape, strides_bytes, box, swizzle, l2_promotion=l2_promotion,
-                           oob_nan=oob_nan)
+    return make_tensor_map(ptr, dtype, shape, strides_bytes, box, swizzle, **options)
 
 
 def make_tensor_map(

@@ -59,7 +59,7 @@ from argus.ir.fragments import (
 )
 from argus.ir.layout import Layout
 from argus.ir.swizzle import ComposedLayout, Swizzle, smem_swizzle
-from argus.ir.transform import rewrite
+from argus.ir.transform import rewrite, scope_stmts
 
 
 def _divisors(n: int) -> list[int]:
@@ -279,17 +279,6 @@ class _Groups:
         self.shape[root] = (shape, nbytes if old is None else min(old[1], nbytes))
 
 
-def _scope_stmts(body):
-    """Statements of one scope, nested loops and ifs included, roles excluded."""
-    for s in body:
-        if isinstance(s, ir.Role):
-            continue
-        yield s
-        for f in ("body", "then", "orelse"):
-            if hasattr(s, f):
-                yield from _scope_stmts(getattr(s, f))
-
-
 def _reach(e, out: list) -> list:
     """Reduce, Reshape and Mma nodes at elementwise reach of `e` (the nodes where _tile_vars stops)."""
     if isinstance(e, (ir.Reduce, ir.Reshape, ir.Mma)):
@@ -318,7 +307,7 @@ def _build_groups(body: tuple[ir.Stmt, ...]) -> tuple[_Groups, dict[int, str]]:
     g = _Groups()
     keys: dict[int, str] = {}
     anon = 0
-    for s in _scope_stmts(body):
+    for s in scope_stmts(body):
         value = _stmt_value(s)
         if value is None:
             continue
@@ -351,7 +340,7 @@ def _whole_row_names(body: tuple[ir.Stmt, ...]) -> set[str]:
     with a broadcast row vector, or used as the register A operand of an mma (and their groups)."""
     g, keys = _build_groups(body)
     marked: set[str] = set()
-    for s in _scope_stmts(body):
+    for s in scope_stmts(body):
         value = _stmt_value(s)
         if value is None:
             continue
@@ -418,7 +407,7 @@ def _index_pure(e, index_names: set[str]) -> bool:
 def _index_groups(body, g: _Groups) -> set[str]:
     """Roots of the 1-D groups whose every definition is index-pure and that never read themselves."""
     lets: dict[str, list] = {}
-    for s in _scope_stmts(body):
+    for s in scope_stmts(body):
         if isinstance(s, ir.Let) and isinstance(s.value.type, TileT):
             lets.setdefault(g.find(s.name), []).append(s)
     cand = {r for r, ss in lets.items() if len(ss[0].value.type.shape) == 1}
@@ -433,7 +422,7 @@ def _index_groups(body, g: _Groups) -> set[str]:
 
 def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...]:
     g, keys = _build_groups(body)
-    for s in _scope_stmts(body):
+    for s in scope_stmts(body):
         value = _stmt_value(s)
         mma = _mma_of(value) if value is not None else None
         if mma is not None and mma.layout is not None:
@@ -454,7 +443,7 @@ def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...
         else:
             rows[root] = lay
 
-    for s in _scope_stmts(body):
+    for s in scope_stmts(body):
         value = _stmt_value(s)
         if value is None:
             continue
@@ -523,10 +512,10 @@ def _check_register_operands(kernel: ir.Kernel) -> None:
 
     def scope(body, threads: int) -> None:
         lays: dict[str, ir.RegLayout] = {}
-        for s in _scope_stmts(body):
+        for s in scope_stmts(body):
             if isinstance(s, ir.Let) and s.layout is not None:
                 lays.setdefault(s.name, s.layout)
-        for s in _scope_stmts(body):
+        for s in scope_stmts(body):
             value = _stmt_value(s)
             for node in _nodes_in(value, []) if value is not None else ():
                 if not isinstance(node, ir.Mma) or isinstance(node.a, ir.Ref) or node.layout is None:
