@@ -25,8 +25,8 @@ Metadata (all int32):
   the schedule contract with it (assume(lambda ..., over=...)), which is what lets the verifier prove
   that every row of Hs / Ys is written exactly once.
 
-`layer()` chains the three kernels through the interpreter; `moe_layer_reference()` computes the same
-layer per token in float64, the ground truth for tests.
+`layer()` chains the three kernels through the interpreter; `moe_layer_reference()` evaluates the same
+layer per token in float64 from examples/moe.arg's `layer moe` reference block, the ground truth for tests.
 """
 
 from __future__ import annotations
@@ -103,25 +103,19 @@ def gather(x: np.ndarray, row_token: np.ndarray) -> np.ndarray:
     return np.asarray(x)[np.asarray(row_token, dtype=np.int64)]
 
 
-def _silu(x):
-    return x / (1.0 + np.exp(-x))
+def moe_layer_reference(x, wg, wu, wd, top_k: int, logits, path: str | Path = EXAMPLE) -> np.ndarray:
+    """The layer per token in float64, routing included: `layer moe`'s reference block in examples/moe.arg
+    (top-k of the logits, softmax over them, silu(x Wg[e]) * (x Wu[e]) times Wd[e], weighted sum)."""
+    from argus.dsl.check import check_layer
+    from argus.dsl.parser import parse_file
+    from argus.dsl.reference import evaluate_reference
 
-
-def moe_layer_reference(x, wg, wu, wd, top_k: int | None = None, logits=None, routing=None) -> np.ndarray:
-    """The layer per token in float64: out[t] = sum_k w[t,k] * (silu(x Wg[e]) * (x Wu[e])) Wd[e].
-
-    Give either `logits` (routed here with `route`) or `routing` = (topk_ids, topk_w)."""
-    if routing is None:
-        routing = route(logits, top_k)
-    ids, w = routing
-    x, wg, wu, wd = (np.asarray(a, dtype=np.float64) for a in (x, wg, wu, wd))
-    out = np.zeros((x.shape[0], wd.shape[2]))
-    for t in range(x.shape[0]):
-        for k in range(ids.shape[1]):
-            e = int(ids[t, k])
-            h = _silu(x[t] @ wg[e]) * (x[t] @ wu[e])
-            out[t] += float(w[t, k]) * (h @ wd[e])
-    return out
+    checked = check_layer(parse_file(path).layer("moe"), {"KTOP": int(top_k)})
+    env: dict[str, object] = {n: np.asarray(a, dtype=np.float64)
+                              for n, a in (("X", x), ("logits", logits), ("Wg", wg), ("Wu", wu), ("Wd", wd))}
+    (t, hid), (e, _, f) = env["X"].shape, env["Wg"].shape
+    env.update({"T": t, "HID": hid, "E": e, "F": f}, **checked.params)
+    return np.asarray(evaluate_reference(checked.layer.reference, env)["Out"], dtype=np.float64)
 
 
 def _bf16(a):

@@ -142,8 +142,19 @@ def run_shape(name: str, kernels: dict, bm: int, iters: int, seed: int) -> dict:
     chk_layer = compare("Out", out.float().cpu().numpy(), out_ref.cpu().numpy(), bf16)
     chk_torch = compare("Out(torch)", torch_layer().float().cpu().numpy(), out_ref.cpu().numpy(), bf16)
     del h_ref, y_ref, out_ref
-    print(f"[{name}] up {chk_up.describe()} | layer {chk_layer.describe()} | torch layer {chk_torch.describe()}",
-          flush=True)
+    # ---- the same layer on sampled tokens against examples/moe.arg's `layer moe` reference block, which
+    # routes from the logits itself (independent of argus.moe.route); each token sees only its top-k
+    # experts' weights (the top-k of those k logits are all of them, in the same order)
+    sample = sorted({0, T - 1, *np.random.default_rng(seed).integers(0, T, 6).tolist()})
+    sample_ref = np.empty((len(sample), HID))
+    for i, t in enumerate(sample):
+        sel = torch.topk(logits[t], K).indices
+        sample_ref[i] = moe.moe_layer_reference(
+            x[t:t + 1].double().cpu().numpy(), wg[sel].double().cpu().numpy(), wu[sel].double().cpu().numpy(),
+            wd[sel].double().cpu().numpy(), K, logits=logits[t:t + 1, sel].double().cpu().numpy())[0]
+    chk_sample = compare("Out[sample]", out[sample].float().cpu().numpy(), sample_ref, bf16)
+    print(f"[{name}] up {chk_up.describe()} | layer {chk_layer.describe()} | layer vs moe.arg's `layer moe` on "
+          f"tokens {sample}: {chk_sample.describe()} | torch layer {chk_torch.describe()}", flush=True)
 
     # ---- timing ----
     hs_t = torch.empty((M, FF), device=dev, dtype=torch.bfloat16)
@@ -167,7 +178,8 @@ def run_shape(name: str, kernels: dict, bm: int, iters: int, seed: int) -> dict:
 
     row = {"shape": name, "T": T, "E": E, "top_k": K, "hidden": HID, "ffn": FF, "M": M, "BM": bm,
            "tiles": int(len(meta["tile_expert"])), "rows_min": int(counts.min()), "rows_max": int(counts.max()),
-           "up_ok": chk_up.ok, "up_rel_error": chk_up.rel_error, "layer_ok": chk_layer.ok,
+           "up_ok": chk_up.ok, "up_rel_error": chk_up.rel_error, "layer_ok": chk_layer.ok and chk_sample.ok,
+           "layer_sample_rel_error": chk_sample.rel_error,
            "layer_rel_error": chk_layer.rel_error, "torch_layer_rel_error": chk_torch.rel_error,
            "grouped_mm_tflops": tf(flops_up, times["grouped_mm"]),
            "grouped_mm_act_tflops": tf(flops_up, times["grouped_mm+act"]),
@@ -194,7 +206,9 @@ def markdown(res: dict, iters: int) -> str:
         "T = 4096 tokens, random router logits, bf16 weights and activations, fp32 accumulation.",
         "",
         "Method (benchmarks/bench_moe.py): routing on the host (argus.moe), rows sorted by expert; outputs "
-        "poisoned with NaN and compared with float64 results computed per expert (interpreter criterion); "
+        "poisoned with NaN and compared with float64 results computed per expert (interpreter criterion), and "
+        "the layer's output on 8 sampled tokens with the `layer moe` reference block of examples/moe.arg (which "
+        "routes from the logits itself); "
         f"then timed interleaved in one process (CUDA events, median of {iters}). Up-projection FLOPs "
         "2·M·hidden·2·ffn (gate and up); Argus fuses SiLU(gate)·up and writes [M, ffn], grouped_mm writes "
         "[M, 2·ffn] with no activation (the bar's baseline), grouped_mm+act adds torch's silu·mul. Layer: "

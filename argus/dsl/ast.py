@@ -198,9 +198,28 @@ class Kernel(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class Layer(Node):
+    """A composition of the file's kernels, declared for its float64 reference: the kernels run in sequence
+    from host code (e.g. argus.moe.layer), and `reference` is the ground truth of the whole."""
+
+    name: str
+    args: tuple[Arg, ...]
+    body: tuple[Stmt, ...]  # `param` declarations only
+    reference: tuple[Stmt, ...]
+    name_span: Span
+
+
+@dataclass(frozen=True, eq=False)
 class Module(Node):
     path: str
     kernels: tuple[Kernel, ...]
+    layers: tuple[Layer, ...] = ()
+
+    def layer(self, name: str) -> Layer:
+        for g in self.layers:
+            if g.name == name:
+                return g
+        raise KeyError(name)
 
     def kernel(self, name: str | None = None) -> Kernel:
         if name is None:

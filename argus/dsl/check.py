@@ -85,6 +85,18 @@ class Checked:
         return id(node) in self.consts
 
 
+@dataclass
+class CheckedLayer:
+    """A checked `layer`: what argus.dsl.reference needs to evaluate its ground truth."""
+
+    layer: ast.Layer
+    params: dict[str, object]
+    dims: list[str]
+    tensors: dict[str, GlobalT]
+    scalars: dict[str, ScalarT]
+    outputs: list[str]  # tensor arguments the reference assigns
+
+
 def _fmt(t: Type) -> str:
     return str(t)
 
@@ -95,7 +107,7 @@ class _Scope:
 
 
 class _Checker:
-    def __init__(self, kernel: ast.Kernel, defines: dict[str, object]):
+    def __init__(self, kernel: ast.Kernel | ast.Layer, defines: dict[str, object]):
         self.k = kernel
         self.defines = dict(defines)
         self.params: dict[str, object] = {}
@@ -145,6 +157,44 @@ class _Checker:
     # ---- kernel ----
     def run(self) -> Checked:
         k = self.k
+        self.signature()
+        self.block(k.body, top=True)
+        for name, node in self.scalar_loads.items():
+            if name in self.outputs:
+                # the verifier models a scalar-loaded tensor as fixed contents (an uninterpreted function)
+                raise self.err("type", f"load({name}[...]) reads a scalar from '{name}', which this kernel also "
+                               "stores to", node, "scalar loads read inputs only (routing metadata, schedules)")
+        if self.launch is None:
+            raise self.err("missing-launch", f"kernel '{k.name}' has no launch geometry", k.name_span,
+                           "add e.g. `launch grid=(cdiv(M, BM), cdiv(N, BN)), threads=256`")
+        if k.reference is not None:
+            self.check_reference(k.reference)
+        return Checked(k, self.params, self.dims, self.tensors, self.scalars, self.launch,
+                       self.outputs, self.inputs, self.types, self.consts, self.symbols, self.tag_fields)
+
+    def run_layer(self) -> CheckedLayer:
+        """A layer: its signature, `param`s and reference block; its outputs are the arguments the reference
+        assigns."""
+        g = self.k
+        self.signature()
+        for s in g.body:
+            if not isinstance(s, (ast.Param, ast.Pass)):
+                raise self.err("layer", "a layer holds only `param` declarations and its reference block", s,
+                               "the kernels it composes run from host code; put computation in a kernel")
+            self.stmt(s, top=True)
+        assigned = {t.id for s in g.reference if isinstance(s, ast.Assign) for t in s.targets}
+        self.outputs = [a.name for a in g.args if a.name in assigned and a.name in self.tensors]
+        if not self.outputs:
+            raise self.err("reference", f"the reference block of layer '{g.name}' assigns none of its tensor arguments",
+                           g.reference[0].span if g.reference else g.name_span,
+                           "assign the layer's output, e.g. `Out = ...`")
+        self.check_reference(g.reference)
+        return CheckedLayer(g, self.params, self.dims, self.tensors, self.scalars, self.outputs)
+
+    def signature(self) -> None:
+        """Arguments (tensors, scalars, their dims) and the -D names they and the params accept."""
+        k = self.k
+        what = "layer" if isinstance(k, ast.Layer) else "kernel"
         seen: set[str] = set()
         for a in k.args:
             if a.name in seen:
@@ -175,7 +225,7 @@ class _Checker:
         unknown = [n for n in self.defines if n not in self.dims and n not in self.scalars
                    and not any(isinstance(s, ast.Param) and s.name == n for s in k.body)]
         if unknown:
-            raise self.err("unknown-define", f"-D {unknown[0]}: kernel '{k.name}' has no parameter or dimension "
+            raise self.err("unknown-define", f"-D {unknown[0]}: {what} '{k.name}' has no parameter or dimension "
                            f"named '{unknown[0]}'", k.name_span,
                            "parameters: " + ", ".join([s.name for s in k.body if isinstance(s, ast.Param)]
                                                       + self.dims) or "none")
@@ -185,19 +235,6 @@ class _Checker:
                 if not isinstance(v, int) or v < 1:
                     raise self.err("bad-define", f"-D {d}={v!r}: a dimension must be a positive integer",
                                    k.name_span)
-        self.block(k.body, top=True)
-        for name, node in self.scalar_loads.items():
-            if name in self.outputs:
-                # the verifier models a scalar-loaded tensor as fixed contents (an uninterpreted function)
-                raise self.err("type", f"load({name}[...]) reads a scalar from '{name}', which this kernel also "
-                               "stores to", node, "scalar loads read inputs only (routing metadata, schedules)")
-        if self.launch is None:
-            raise self.err("missing-launch", f"kernel '{k.name}' has no launch geometry", k.name_span,
-                           "add e.g. `launch grid=(cdiv(M, BM), cdiv(N, BN)), threads=256`")
-        if k.reference is not None:
-            self.check_reference(k.reference)
-        return Checked(k, self.params, self.dims, self.tensors, self.scalars, self.launch,
-                       self.outputs, self.inputs, self.types, self.consts, self.symbols, self.tag_fields)
 
     # ---- statements ----
     def block(self, stmts: tuple[ast.Stmt, ...], top: bool = False) -> None:
@@ -1338,6 +1375,11 @@ BUILTINS = {
 def check_kernel(kernel: ast.Kernel, defines: dict[str, object] | None = None) -> Checked:
     """Type-check one kernel with compile-time parameters bound; raises ArgusError."""
     return _Checker(kernel, defines or {}).run()
+
+
+def check_layer(layer: ast.Layer, defines: dict[str, object] | None = None) -> CheckedLayer:
+    """Type-check a layer's signature, params and reference block; raises ArgusError."""
+    return _Checker(layer, defines or {}).run_layer()
 
 
 def check_module(module: ast.Module, defines: dict[str, object] | None = None) -> list[Checked]:

@@ -53,7 +53,19 @@ class _ToAst(Transformer):
     # ---- top level ----
     def start(self, meta, items):
         span = self._s(meta) if not meta.empty else Span(self.path, 1, 1, 1, 1)
-        return ast.Module(span, self.path, tuple(items))
+        kernels = tuple(i for i in items if isinstance(i, ast.Kernel))
+        layers = tuple(i for i in items if isinstance(i, ast.Layer))
+        seen: dict[str, ast.Node] = {}
+        for item in (*kernels, *layers):
+            if item.name in seen:
+                raise error("duplicate-name", f"'{item.name}' is declared twice in this file", item.name_span)
+            seen[item.name] = item
+        return ast.Module(span, self.path, kernels, layers)
+
+    def layer(self, meta, items):
+        name, args, body, ref = items
+        return ast.Layer(self._s(meta), str(name), tuple(args or ()), tuple(body), tuple(ref),
+                         _tok_span(self.path, name))
 
     def kernel(self, meta, items):
         name, args, body, ref = items
@@ -296,7 +308,7 @@ _TOKEN_WORDS = {
     "DOT": "'.'", "PLUS": "'+'", "MINUS": "'-'", "SEMICOLON": "';'", "COMPOP": "a comparison",
     "ADDOP": "'+' or '-'", "MULOP": "an operator", "KERNEL": "'kernel'", "LAMBDA": "'lambda'",
 }
-_HEADERS = ("kernel", "for", "if", "elif", "else", "with", "reference")
+_HEADERS = ("kernel", "layer", "for", "if", "elif", "else", "with", "reference")
 
 
 def _describe(tok: Token | None) -> str:
@@ -351,12 +363,20 @@ def _syntax_diag(path: str, text: str, exc: UnexpectedInput) -> Diagnostic:
         return Diagnostic("error", "syntax", f"expected {closer}: the '{ch}' opened on line {oline} is never closed",
                           span, (f"close the bracket opened at line {oline}, column {opened[1]}",))
     if "COLON" in expected and header:
-        what = {"kernel": "kernel signature", "reference": "'reference'"}.get(header, f"'{header}' header")
+        what = {"kernel": "kernel signature", "layer": "layer signature", "reference": "'reference'"}.get(
+            header, f"'{header}' header")
         return Diagnostic("error", "syntax", f"expected ':' after {what}", span,
                           (f"write the header as in Python, ending with ':' (found {_describe(tok)})",))
     if "_INDENT" in expected:
         return Diagnostic("error", "syntax", "expected an indented block", span,
                           ("the line after a ':' header must be indented further than the header",))
+    if expected and expected <= {"REFERENCE", "_NL"}:  # only after a layer's params
+        at_end = not isinstance(tok, Token) or tok.type == "$END"
+        last = next((i for i in range(len(lines), 0, -1) if lines[i - 1].strip()), 1) if at_end else line
+        at = Span(path, last + 1, 1, last + 1, 2) if at_end else span
+        return Diagnostic("error", "syntax", "a layer needs a 'reference:' block after its params", at,
+                          ("add `reference:` at the layer's indentation, then the float64 computation of its "
+                           "outputs",))
     if isinstance(tok, Token) and tok.type in ("_NL", "$END") and expected & {"RPAR", "RSQB"}:
         closer = "')'" if "RPAR" in expected else "']'"
         return Diagnostic("error", "syntax", f"expected {closer} before {_describe(tok)}", span,
@@ -372,8 +392,9 @@ def _syntax_diag(path: str, text: str, exc: UnexpectedInput) -> Diagnostic:
                           ("a kernel is declared as: kernel name(A: bf16[M, K], ...):",))
     if not src_line.startswith("kernel") and line <= len(lines) and not lines[line - 1].startswith((" ", "\t")) \
             and "KERNEL" in expected:
-        return Diagnostic("error", "syntax", "expected 'kernel' at the top level", span,
-                          ("a file holds kernel definitions, each optionally followed by a 'reference:' block",))
+        return Diagnostic("error", "syntax", "expected 'kernel' or 'layer' at the top level", span,
+                          ("a file holds kernel definitions, each optionally followed by a 'reference:' block, and "
+                           "layers (a signature, params and a 'reference:' block)",))
     nice = sorted({_TOKEN_WORDS.get(e, f"'{e.lower()}'") for e in expected if not e.startswith("__")})
     exp = ", ".join(nice[:6]) + (", ..." if len(nice) > 6 else "")
     msg = f"unexpected {_describe(tok) if isinstance(tok, Token) else 'input'}"

@@ -29,8 +29,11 @@ def select_kernel(module: ast.Module, name: str | None) -> ast.Kernel:
     for k in module.kernels:
         if k.name == name:
             return k
-    raise error("unknown-kernel", f"no kernel named '{name}'", module.span,
-                "kernels in this file: " + ", ".join(k.name for k in module.kernels))
+    names = ", ".join(k.name for k in module.kernels)
+    if any(g.name == name for g in module.layers):
+        raise error("unknown-kernel", f"'{name}' is a layer: a float64 reference for kernels run from host code, "
+                    "with no body to build or run", module.layer(name).name_span, "kernels in this file: " + names)
+    raise error("unknown-kernel", f"no kernel named '{name}'", module.span, "kernels in this file: " + names)
 
 
 def build_file(path: str | Path, defines: dict[str, object] | None = None, kernel: str | None = None) -> ir.Kernel:

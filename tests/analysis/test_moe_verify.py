@@ -38,4 +38,5 @@ def test_cli_checks_every_kernel_of_the_file(capsys):
     out = capsys.readouterr().out
     for name in ("moe_up", "moe_down", "moe_combine"):
         assert f"kernel '{name}': verified" in out
+    assert "layer 'moe' ok" in out and "ground truth of Out" in out
     assert code == 0

@@ -37,7 +37,7 @@ SYNTAX = [
     ("kernel k(A: f32[N]):\n    x = 1\n  y = 2\n", "syntax", "inconsistent indentation", 3, 1),
     ("kernel k(A: f32[N]):\n    x = 1 $ 2\n", "syntax", "unexpected character '$'", 2, 11),
     ("kernel k(A: f32[N]):\n    f(x) = 3\n", "syntax", "cannot assign here", 2, 10),
-    ("x = 1\n", "syntax", "expected 'kernel' at the top level", 1, 1),
+    ("x = 1\n", "syntax", "expected 'kernel' or 'layer' at the top level", 1, 1),
     ("kernel (A: f32[N]):\n    pass\n", "syntax", "unexpected '('", 1, 8),
     ("kernel k(A: f32[N]):\n    f(a=1, 2)\n", "syntax", "positional argument after a keyword", 2, 12),
 ]

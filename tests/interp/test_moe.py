@@ -1,5 +1,6 @@
 """The MoE kernels of examples/moe.arg in the interpreter, at small irregular shapes, against their
-reference: blocks and the float64 per-token layer (argus.moe.moe_layer_reference)."""
+reference: blocks and the float64 per-token layer (the `layer moe` reference block, through
+argus.moe.moe_layer_reference)."""
 
 from __future__ import annotations
 
@@ -92,6 +93,30 @@ def test_layer_matches_float64_reference(order):
     ref = moe.moe_layer_reference(b(x), b(wg), b(wu), b(wd), 2, logits=logits)
     assert not np.isnan(out).any()
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-2
+
+
+def _per_token_loop(x, wg, wu, wd, ids, w):
+    """The layer written as the loop its definition reads, independently of the .arg's reference."""
+    out = np.zeros((x.shape[0], wd.shape[2]))
+    for t in range(x.shape[0]):
+        for k in range(ids.shape[1]):
+            e = int(ids[t, k])
+            g, u = x[t] @ wg[e], x[t] @ wu[e]
+            out[t] += float(w[t, k]) * ((g / (1.0 + np.exp(-g)) * u) @ wd[e])
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_layer_reference_block_is_the_per_token_loop(k):
+    """`layer moe`'s reference block (the ground truth) against a plain per-token loop with routing
+    weights computed by hand: softmax over the top-k logits, largest first."""
+    x, logits, wg, wu, wd = _problem(t=23, e=5, hid=24, f=16, seed=k, empty=False)
+    ids = np.argsort(-logits, axis=1)[:, :k]
+    sel = np.take_along_axis(logits, ids, axis=1)
+    w = np.exp(sel - sel.max(axis=1, keepdims=True))
+    w /= w.sum(axis=1, keepdims=True)
+    ref = moe.moe_layer_reference(x, wg, wu, wd, k, logits=logits)
+    assert np.allclose(ref, _per_token_loop(x, wg, wu, wd, ids, w), rtol=1e-12, atol=1e-12)
 
 
 def test_layer_default_tiles_top1_three_experts():

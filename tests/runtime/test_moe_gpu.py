@@ -72,7 +72,7 @@ def test_moe_layer_on_gpu() -> None:
     kernels["moe_combine"](Ys=ys, pos=d["pos"], topk_w=d["topk_w"], topk_ids=d["topk_ids"],
                            row_token=d["row_token"], row_expert=d["row_expert"], Out=out)
     torch.cuda.synchronize()
-    ref = moe.moe_layer_reference(x, wg, wu, wd, routing=(ids, w))
+    ref = moe.moe_layer_reference(x, wg, wu, wd, K, logits=logits)  # examples/moe.arg's `layer moe`
     # H and Y pass through bf16 between the kernels; the layer's tolerance is the bf16 one
     check = compare("Out", out.float().cpu().numpy(), ref, DTYPES["bf16"])
     assert check.ok, check.describe()
