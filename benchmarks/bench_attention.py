@@ -53,6 +53,9 @@ class Variant:
 VARIANTS = [
     Variant("default", "flash_attention.arg defaults: BQ=128 (2 warpgroups), BKV=64 (D=128) / 128 (D=64), "
             "2 stages, wgmma"),
+    Variant("mask-all", "every kv block masked per element (uniform_select=False), causal blocks in launch order",
+            {"HEAVY_FIRST": False}, {"uniform_select": False}),
+    Variant("in-order", "causal query blocks in launch order (HEAVY_FIRST=False)", {"HEAVY_FIRST": False}),
     Variant("bkv64", "BKV=64", {"BKV": 64}),
     Variant("bkv128", "BKV=128", {"BKV": 128}),
     Variant("mma.sync", "MMA=\"mma.sync\" (ldmatrix + mma.sync m16n8k16, 8 warps, BKV=64)", {"MMA": "mma.sync",

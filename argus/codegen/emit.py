@@ -101,8 +101,10 @@ def single_thread_role(role: ir.Role) -> bool:
 
 class Emitter(Expressions):
     def __init__(self, kernel: ir.Kernel, path: str | None = None, sm: int = 90, *,
-                 defer_wgmma: bool | None = None, blocks_per_sm: int | None = None) -> None:
+                 defer_wgmma: bool | None = None, blocks_per_sm: int | None = None,
+                 uniform_select: bool = True) -> None:
         self.k = kernel
+        self.uniform_select = uniform_select
         self.blocks_per_sm = blocks_per_sm
         if defer_wgmma is None:
             defer_wgmma = os.environ.get(DEFER_ENV, DEFER_DEFAULT) == "defer"
@@ -731,9 +733,33 @@ class Emitter(Expressions):
             return
         loads = self.preload(value, tm)
         dt = value.type.dtype
-        self.line("#pragma unroll")
-        self.line(f"for (int ag_i = 0; ag_i < {tm.slots}; ++ag_i) "
-                  f"{name}[ag_i] = {from_compute(dt, self.ex(value, 'ag_i', tm, loads, top=True))};")
+
+        def slot_loop(v: ir.Expr) -> None:
+            self.line("#pragma unroll")
+            self.line(f"for (int ag_i = 0; ag_i < {tm.slots}; ++ag_i) "
+                      f"{name}[ag_i] = {from_compute(dt, self.ex(v, 'ag_i', tm, loads, top=True))};")
+
+        uniform = self.all_true(inner.cond) if isinstance(inner, ir.Select) and self.uniform_select else None
+        if uniform is None:
+            slot_loop(value)
+            return
+        # select(cond, a, b) with an index-tile condition (key / query positions): when the condition holds
+        # over the whole tile (a block-uniform bound test, e.g. a kv block wholly before SKV or below the
+        # causal diagonal), the result is `a`; only boundary tiles pay the per-element compare and select.
+        self.line(f"// select: per element only where {uniform} fails (a boundary tile)")
+        same = isinstance(inner.a, ir.Var) and self.local(inner.a.name) == name and \
+            self.scope.layout(inner.a.name) == lay
+        if same:
+            self.open(f"if (!{uniform})")
+            slot_loop(value)
+            self.close()
+            return
+        self.open(f"if ({uniform})")
+        slot_loop(inner.a)
+        self.close()
+        self.open("else")
+        slot_loop(value)
+        self.close()
 
 def _gather_scalar_terms(e: ir.Expr) -> ir.Expr:
     """An integer sum of tiles and scalars with its scalar terms added first (one snapshot, one
@@ -773,11 +799,13 @@ def _stmt_exprs(s: ir.Stmt):
 
 
 def generate(kernel: ir.Kernel, path: str | None = None, *, defer_wgmma: bool | None = None,
-             blocks_per_sm: int | None = None) -> GeneratedKernel:
+             blocks_per_sm: int | None = None, uniform_select: bool = True) -> GeneratedKernel:
     """CUDA C++ for a lowered kernel (after the pass pipeline); raises ArgusError on what it cannot emit.
 
     defer_wgmma: wait for each wgmma group only when the next statement needs it, so that it overlaps
     the following cp.async wait (default: $ARGUS_WGMMA_WAIT, else DEFER_DEFAULT). blocks_per_sm: the
     minimum blocks per multiprocessor promised in __launch_bounds__ (caps registers at
-    65536 / (threads x blocks)); None: two when their shared memory fits (one with roles)."""
-    return Emitter(kernel, path, defer_wgmma=defer_wgmma, blocks_per_sm=blocks_per_sm).generate()
+    65536 / (threads x blocks)); None: two when their shared memory fits (one with roles). uniform_select:
+    guard a select() on an index-tile condition with a block-uniform bound test (Emitter.tile_assign)."""
+    return Emitter(kernel, path, defer_wgmma=defer_wgmma, blocks_per_sm=blocks_per_sm,
+                   uniform_select=uniform_select).generate()

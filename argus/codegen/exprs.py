@@ -293,6 +293,53 @@ class Expressions:
             return all(self.index_pure(x) for x in e.args)
         return False
 
+    def index_range(self, e: ir.Expr) -> tuple[str, str] | None:
+        """C expressions bounding an integer index tile over all its elements (lo, hi), or None: arange(n)
+        spans 0..n-1, scalars are themselves, + and - combine bounds, * scales by a constant >= 0."""
+        if not isinstance(e.type, TileT):
+            return None if e.type.dtype.is_float else (self.sx(e), self.sx(e))
+        if e.type.dtype.is_float:
+            return None
+        if isinstance(e, ir.Arange):
+            return "0", str(e.type.shape[0] - 1)
+        if isinstance(e, ir.Var):
+            d = self.index_def.get(e.name)
+            lay = self.scope.layout(e.name)
+            return self.index_range(d) if d is not None and lay is not None and lay.kind == "index" else None
+        if isinstance(e, (ir.Tag, ir.Reshape)):
+            return self.index_range(e.x)
+        if isinstance(e, ir.Full):
+            return self.sx(e.value), self.sx(e.value)
+        if isinstance(e, ir.Bin) and e.op in ("+", "-", "*"):
+            a, b = self.index_range(e.a), self.index_range(e.b)
+            if a is None or b is None:
+                return None
+            if e.op == "+":
+                return f"({a[0]} + {b[0]})", f"({a[1]} + {b[1]})"
+            if e.op == "-":
+                return f"({a[0]} - {b[1]})", f"({a[1]} - {b[0]})"
+            for x, r in ((e.a, b), (e.b, a)):
+                if isinstance(x, ir.Const) and isinstance(x.value, int) and x.value >= 0:
+                    return f"({x.value} * {r[0]})", f"({x.value} * {r[1]})"
+        return None
+
+    def all_true(self, cond: ir.Expr) -> str | None:
+        """A scalar C condition under which the index-tile condition `cond` holds at every element, or
+        None when the bounds do not decide it (comparisons of integer index tiles, and `and` of those)."""
+        while isinstance(cond, ir.Tag):
+            cond = cond.x
+        if cond.op in ("and", "&") if isinstance(cond, (ir.Cmp, ir.Bin)) else False:
+            a, b = self.all_true(cond.a), self.all_true(cond.b)
+            return None if a is None or b is None else f"({a} && {b})"
+        if not isinstance(cond, ir.Cmp):
+            return None
+        ra, rb = self.index_range(cond.a), self.index_range(cond.b)
+        if ra is None or rb is None:
+            return None
+        # a < b everywhere iff max(a) < min(b); a > b everywhere iff min(a) > max(b)
+        return {"<": f"({ra[1]} < {rb[0]})", "<=": f"({ra[1]} <= {rb[0]})",
+                ">": f"({ra[0]} > {rb[1]})", ">=": f"({ra[0]} >= {rb[1]})"}.get(cond.op)
+
     def broadcast(self, e: ir.Reshape, i: str | int, tm: TileMap, loads: dict[int, str], pos) -> str:
         """x[:, None] read by slot i of a 2-D tile: the row vector's value for the slot's row, from the
         row slice of the tile's fragment (slot map of fragments.slice_fragment); x[None, :] of an index

@@ -139,12 +139,16 @@ def test_flash_attention_structure_mma_sync() -> None:
     assert loop.count("__shfl_xor_sync(0xffffffffu, ") == 4
 
 
-@pytest.mark.parametrize("params", [{}, {"HD": 64}, {"HD": 64, "BKV": 64, "CAUSAL": True},
-                                    {"BQ": 192, "WARPGROUPS": 3}])
-def test_flash_attention_builds_without_spills(params: dict) -> None:
+@pytest.mark.parametrize("params,spill", [({"CAUSAL": True}, 0), ({"HD": 64, "CAUSAL": True}, 0),
+                                          ({"HD": 64, "BKV": 64, "CAUSAL": True}, 0),
+                                          ({"BQ": 192, "WARPGROUPS": 3}, 0), ({}, 64), ({"HD": 64}, 64)])
+def test_flash_attention_register_spills(params: dict, spill: int) -> None:
+    """At the 128-register cap of two blocks per SM, the non-causal builds spill 36-44 B since the
+    boundary-tile guard of the key mask (measured faster on the H200 all the same, RESULTS.md
+    2026-11-30); more than `spill` bytes is a regression."""
     b = build(build_file(EXAMPLES / "flash_attention.arg", params), arch="sm_90a", cache=False)
     (res,) = b.resources.values()
-    assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, res.summary()
+    assert res.spill_store_bytes <= spill and res.spill_load_bytes <= spill, res.summary()
 
 
 ROWS_KERNEL = """

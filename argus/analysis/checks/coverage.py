@@ -213,7 +213,7 @@ def _signature(trace) -> tuple:
 
 def _candidate_block(st, ctx, c) -> tuple | None:
     """The block whose store `st` would cover element c, when each block id appears in exactly one
-    axis start as T * b + offset (T the tile extent); None when the starts have another form."""
+    axis start as +-T * b + offset (T the tile extent); None when the starts have another form."""
     blk = []
     for b in ctx.block:
         found = None
@@ -226,9 +226,11 @@ def _candidate_block(st, ctx, c) -> tuple | None:
             at1 = z3.simplify(z3.substitute(e, (b, z3.IntVal(1))))
             step = z3.simplify(at1 - at0)
             others = {str(x) for x in ctx.block if x is not b}
-            if not z3.is_int_value(step) or step.as_long() != size or _mentions(at0, others):
+            if not z3.is_int_value(step) or abs(step.as_long()) != size or _mentions(at0, others):
                 return None
-            found = (c[ax] - at0) / size
+            # ascending tiles: b = (c - start(0)) / T; descending (start(0) - T * b, e.g. heavy blocks
+            # launched first): b = ceil((start(0) - c) / T)
+            found = (c[ax] - at0) / size if step.as_long() > 0 else (at0 - c[ax] + size - 1) / size
             break
         blk.append(found if found is not None else z3.IntVal(0))
     return tuple(blk)
