@@ -132,7 +132,7 @@ def accepted(chk, library_checks) -> bool:
 
 
 def reference_heads(q, k, v, causal: bool, pairs):
-    """float64 attention on the GPU for the (batch, head) pairs."""
+    """float64 attention on the GPU for the (batch, head) pairs: (O, LSE) of each."""
     import torch
 
     out = []
@@ -142,7 +142,7 @@ def reference_heads(q, k, v, causal: bool, pairs):
         if causal:
             n = s.shape[0]
             s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
-        out.append((torch.softmax(s, dim=-1) @ vv).cpu().numpy())
+        out.append(((torch.softmax(s, dim=-1) @ vv).cpu().numpy(), torch.logsumexp(s, dim=-1).cpu().numpy()))
         del s
     return out
 
@@ -182,18 +182,22 @@ def run(variants: list[Variant], configs, iters: int) -> dict:
         gen.manual_seed(s * 7 + d + causal)
         q, k, v_ = (torch.randn((b, h, s, d), device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3))
         pairs = [(0, 0), (b - 1, h - 1)]
-        ref = np.stack(reference_heads(q, k, v_, causal, pairs))
+        heads = reference_heads(q, k, v_, causal, pairs)
+        ref, ref_lse = np.stack([o for o, _ in heads]), np.stack([x for _, x in heads])
 
         def check(o, pairs=pairs, ref=ref) -> object:
             return compare("O", torch.stack([o[bb, hh] for bb, hh in pairs]).float().cpu().numpy(), ref, bf16)
 
-        checks = {}
+        checks, lse_checks = {}, {}
         for v in variants:
             o = torch.full((b, h, s, d), float("nan"), device="cuda", dtype=torch.bfloat16)
-            kernels[v.key, d, causal](q, k, v_, o)
+            lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
+            kernels[v.key, d, causal](q, k, v_, o, lse)
             torch.cuda.synchronize()
             checks[v.key] = check(o)
-            del o
+            lse_checks[v.key] = compare("LSE", torch.stack([lse[bb, hh] for bb, hh in pairs]).cpu().numpy(),
+                                        ref_lse, DTYPES["f32"])
+            del o, lse
         base_checks = {}
         for name, be in backends.items():
             with sdpa_kernel([be]):
@@ -201,17 +205,18 @@ def run(variants: list[Variant], configs, iters: int) -> dict:
         set_bytes = 4 * b * h * s * d * 2
         nsets = max(2, min(8, -(-L2_ROTATE_BYTES // set_bytes)))
         sets = [tuple(torch.randn((b, h, s, d), device="cuda").to(torch.bfloat16) for _ in range(3))
-                + (torch.empty((b, h, s, d), device="cuda", dtype=torch.bfloat16),) for _ in range(nsets)]
+                + (torch.empty((b, h, s, d), device="cuda", dtype=torch.bfloat16),
+                   torch.empty((b, h, s), device="cuda", dtype=torch.float32)) for _ in range(nsets)]
 
         def sdpa(be, x, y, z, c=causal):
             with sdpa_kernel([be]):
                 return F.scaled_dot_product_attention(x, y, z, is_causal=c)
 
-        fns = {name: [(lambda x=x, y=y, z=z, be=be: sdpa(be, x, y, z)) for x, y, z, _ in sets]
+        fns = {name: [(lambda x=x, y=y, z=z, be=be: sdpa(be, x, y, z)) for x, y, z, *_ in sets]
                for name, be in backends.items()}
         for v in variants:
-            if accepted(checks[v.key], base_checks.values()):
-                fns[v.key] = [kernels[v.key, d, causal].prepare(x, y, z, o) for x, y, z, o in sets]
+            if accepted(checks[v.key], base_checks.values()) and lse_checks[v.key].ok:
+                fns[v.key] = [kernels[v.key, d, causal].prepare(*args) for args in sets]
         times = time_interleaved(fns, iters)
         base = {name: fl / times[name].median_ms / 1e9 for name in backends}
         line = (f"S={s} D={d} causal={causal} (B={b} H={h}): cuDNN {base['cudnn']:6.1f} TF/s, "
@@ -222,7 +227,8 @@ def run(variants: list[Variant], configs, iters: int) -> dict:
         for v in variants:
             chk = checks[v.key]
             row = {"variant": v.key, "S": s, "D": d, "causal": causal, "B": b, "H": h,
-                   "ok": accepted(chk, base_checks.values()), "strict_ok": chk.ok,
+                   "ok": accepted(chk, base_checks.values()) and lse_checks[v.key].ok, "strict_ok": chk.ok,
+                   "lse_ok": lse_checks[v.key].ok, "lse_rel_error": lse_checks[v.key].rel_error,
                    "rel_error": chk.rel_error, "wrong": chk.bad, "nonfinite": chk.nonfinite,
                    "check": chk.describe(), **{f"{n}_tflops": base[n] for n in backends},
                    **{f"{n}_rel_error": base_checks[n].rel_error for n in backends},
@@ -235,8 +241,8 @@ def run(variants: list[Variant], configs, iters: int) -> dict:
                 line += f" | {v.key} {tf:6.1f} ({row['vs_cudnn']:.3f} cuDNN, {row['vs_flash']:.3f} flash)"
             else:
                 line += f" | {v.key} WRONG: {chk.describe()}"
-            if not chk.ok:
-                print(f"  [{v.key}] {chk.describe()}", flush=True)
+            if not chk.ok or not lse_checks[v.key].ok:
+                print(f"  [{v.key}] {chk.describe()}; {lse_checks[v.key].describe()}", flush=True)
             out["rows"].append(row)
         print(line, flush=True)
         del sets, fns, q, k, v_
@@ -257,14 +263,16 @@ def markdown(res: dict, iters: int) -> str:
         "variant and both torch backends checked on two (batch, head) pairs against a float64 attention with the "
         "interpreter's criterion; then timed interleaved in the same process (CUDA events, median of "
         f"{iters}, input sets rotated over >= 256 MB). TFLOP/s = 4 B H S^2 D / time (halved for causal); ratio = "
-        "Argus TFLOP/s / backend TFLOP/s.",
+        "Argus TFLOP/s / backend TFLOP/s. The Argus kernel also writes the fp32 softmax statistics LSE (checked "
+        "on the same pairs against float64 logsumexp); the torch calls return O only.",
         "",
     ]
     for key, v in res["variants"].items():
         lines += [f"## {v['title']}", "", f"`{FA_FILE}` {v['params'] or ''}  "]
         lines += [f"ptxas {cfg}: {r}  " for cfg, r in v["resources"].items()]
         lines += ["", "| S | D | causal | Argus TFLOP/s | cuDNN TFLOP/s | flash TFLOP/s | vs cuDNN | vs flash | "
-                  "rel. error | correct |", "|---:|---:|:---:|---:|---:|---:|---:|---:|---:|:---:|"]
+                  "rel. error | LSE rel. error | correct |",
+                  "|---:|---:|:---:|---:|---:|---:|---:|---:|---:|---:|:---:|"]
         for r in res["rows"]:
             if r["variant"] != key:
                 continue
@@ -272,10 +280,11 @@ def markdown(res: dict, iters: int) -> str:
             if "tflops" in r:
                 ok = "yes" if r["strict_ok"] else f"as libs ({r['wrong']} el.)*" if r["ok"] else "NO"
                 lines.append(f"{head} {r['tflops']:.1f} | {r['cudnn_tflops']:.1f} | {r['flash_tflops']:.1f} | "
-                             f"**{r['vs_cudnn']:.3f}** | {r['vs_flash']:.3f} | {r['rel_error']:.2e} | {ok} |")
+                             f"**{r['vs_cudnn']:.3f}** | {r['vs_flash']:.3f} | {r['rel_error']:.2e} | "
+                             f"{r['lse_rel_error']:.1e} | {ok} |")
             else:
                 lines.append(f"{head} - | {r['cudnn_tflops']:.1f} | {r['flash_tflops']:.1f} | - | - | "
-                             f"{r['rel_error']:.2e} | NO |")
+                             f"{r['rel_error']:.2e} | {r['lse_rel_error']:.1e} | NO |")
         lines.append("")
     if any(r["ok"] and not r["strict_ok"] for r in res["rows"]):
         lines += ["\\* outside the interpreter's per-element bound at about as many elements as cuDNN and flash "

@@ -78,14 +78,16 @@ def evaluate_reference(stmts: tuple[ast.Stmt, ...], env: dict[str, object]) -> d
     env = dict(env)
     env.setdefault("inf", np.inf)
     env.setdefault("pi", np.pi)
-    for s in stmts:
-        assert isinstance(s, ast.Assign)
-        val = _eval(s.value, env)
-        if len(s.targets) == 1:
-            env[s.targets[0].id] = val
-        else:
-            for t, v in zip(s.targets, val):
-                env[t.id] = v
+    # -inf - -inf and the like are NaN by design (a row with no unmasked key); comparisons skip them
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for s in stmts:
+            assert isinstance(s, ast.Assign)
+            val = _eval(s.value, env)
+            if len(s.targets) == 1:
+                env[s.targets[0].id] = val
+            else:
+                for t, v in zip(s.targets, val):
+                    env[t.id] = v
     return env
 
 
