@@ -51,13 +51,14 @@ class Variant:
 
 
 VARIANTS = [
-    Variant("default", "flash_attention.arg defaults: BQ=128 (2 warpgroups), BKV=64 (D=128) / 128 (D=64), "
-            "2 stages, wgmma"),
+    Variant("default", "flash_attention.arg defaults: BQ=256 (4 warpgroups) for D=128 and 128 (2) for D=64, "
+            "BKV=64 (D=128) / 128 (D=64), 2 stages, wgmma"),
+    Variant("bq128", "BQ=128 (2 warpgroups, two blocks per SM; the D=128 default before 2026-11-30)", {"BQ": 128}),
     Variant("mask-all", "every kv block masked per element (uniform_select=False), causal blocks in launch order",
             {"HEAVY_FIRST": False}, {"uniform_select": False}),
     Variant("in-order", "causal query blocks in launch order (HEAVY_FIRST=False)", {"HEAVY_FIRST": False}),
     Variant("bkv64", "BKV=64", {"BKV": 64}),
-    Variant("bkv128", "BKV=128", {"BKV": 128}),
+    Variant("bkv128", "BKV=128, BQ=128", {"BKV": 128, "BQ": 128}),
     Variant("mma.sync", "MMA=\"mma.sync\" (ldmatrix + mma.sync m16n8k16, 8 warps, BKV=64)", {"MMA": "mma.sync",
                                                                                            "BKV": 64}),
 ]

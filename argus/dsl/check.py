@@ -605,6 +605,10 @@ class _Checker:
         a, b = self.expr(e.left), self.expr(e.right)
         if isinstance(a, ElemT) or isinstance(b, ElemT):
             raise self.err("type", "compare tag fields of elements (x[i, j].K), not the elements themselves", e)
+        if a == STR and b == STR and e.op in ("==", "!=") and id(e.left) in self.consts and id(e.right) in self.consts:
+            # compile-time strings (MMA == "wgmma") in params and conditions
+            v = _eval_cmp(e.op, self.consts[id(e.left)], self.consts[id(e.right)])
+            return self.set(e, ScalarT(BOOL, True), v, True)
         if isinstance(a, ScalarT) and isinstance(b, ScalarT):
             if id(e.left) in self.consts and id(e.right) in self.consts:
                 v = _eval_cmp(e.op, self.consts[id(e.left)], self.consts[id(e.right)])

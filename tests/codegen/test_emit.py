@@ -113,7 +113,8 @@ def _loop(src: str) -> str:
 def test_flash_attention_structure_wgmma() -> None:
     """Row statistics in registers (2 rows per thread per 64-row slab, reduced over lanes 1 and 2),
     index tiles from fragment coordinates (never stored), P reused in place as wgmma's register A."""
-    gen = generate(build_file(EXAMPLES / "flash_attention.arg", {"CAUSAL": True}), "examples/flash_attention.arg")
+    gen = generate(build_file(EXAMPLES / "flash_attention.arg", {"CAUSAL": True, "BQ": 128}),
+                   "examples/flash_attention.arg")  # 2 warpgroups
     src = gen.source
     loop = _loop(src)
     assert "float m[2];" in src and "float l[2];" in src and "float acc[64];" in src and "float sc[32];" in src

@@ -21,7 +21,7 @@ def test_flash_attention_masks_only_boundary_blocks() -> None:
     # keys past SKV: max(kpos) = j * BKV + BKV - 1 < SKV; causal: max(kpos) <= min(qpos) = qb * BQ + SKV - SQ
     assert src.count("if (!((ag_ix2 + 63) < SKV)) {") == 1
     assert src.count("if (!((ag_ix2 + 63) <= (0 + ag_ix1))) {") == 1
-    assert "ag_ix1 = ((qb * 128) + (SKV - SQ));" in src
+    assert "ag_ix1 = ((qb * 256) + (SKV - SQ));" in src  # BQ = 256 for D = 128
     guarded = _between(src, "if (!((ag_ix2 + 63) < SKV)) {", "}")
     assert "? sc[ag_i] : (-__int_as_float(0x7f800000))" in guarded
 

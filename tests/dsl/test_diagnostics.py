@@ -256,3 +256,12 @@ def test_quantified_assume_needs_over():
     d = _diag(_MOE_SRC.replace("{WHERE}", "arange(64) < s").replace(
         "    s = load(idx[r])\n", "    s = load(idx[r])\n    assume(lambda i: load(idx[i]) >= 0)\n"))
     assert d.code == "type" and "over=" in d.message
+
+
+def test_compile_time_strings_compare_with_equality_only():
+    src = (HEAD + '    param MODE = "fast"\n    param W = 4 if MODE == "fast" and BM != 32 else 2\n'
+           "    x = zeros(f32[W])\n")
+    k = build_source(src, {}, path="t.arg")
+    assert k.param_dict["W"] == 4 and build_source(src, {"MODE": "slow"}, path="t.arg").param_dict["W"] == 2
+    d = diag('param MODE = "fast"\nparam W = 4 if MODE < "g" else 2')
+    assert d.code == "type" and "cannot compare str" in d.message

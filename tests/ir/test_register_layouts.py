@@ -170,4 +170,4 @@ def test_register_a_from_a_loaded_tile_is_an_error() -> None:
 def test_rows_layout_refused_for_rows_across_warpgroups() -> None:
     """wgmma M=64 over two warpgroups splits N: a row reduction of it has no row-slice layout."""
     with pytest.raises(ArgusError, match="cannot each own whole rows"):
-        build_file(EXAMPLES / "flash_attention.arg", {"BQ": 64})
+        build_file(EXAMPLES / "flash_attention.arg", {"BQ": 64, "WARPGROUPS": 2})
