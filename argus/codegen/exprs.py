@@ -296,10 +296,10 @@ class Expressions:
     def index_range(self, e: ir.Expr) -> tuple[str, str] | None:
         """C expressions bounding an integer index tile over all its elements (lo, hi), or None: arange(n)
         spans 0..n-1, scalars are themselves, + and - combine bounds, * scales by a constant >= 0."""
-        if not isinstance(e.type, TileT):
-            return None if e.type.dtype.is_float else (self.sx(e), self.sx(e))
-        if e.type.dtype.is_float:
+        if e.type.dtype.kind != "int":  # signed integers only: an unsigned difference would wrap
             return None
+        if not isinstance(e.type, TileT):
+            return self.sx(e), self.sx(e)
         if isinstance(e, ir.Arange):
             return "0", str(e.type.shape[0] - 1)
         if isinstance(e, ir.Var):

@@ -230,6 +230,9 @@ class _Lower:
         if isinstance(e, (ast.Compare, ast.BoolOp)):
             return ir.Cmp(t, e.span, e.op, self.expr(e.left), self.expr(e.right))
         if isinstance(e, ast.IfExp):
+            pick = (e.then if self.c.consts[id(e.cond)] else e.orelse) if id(e.cond) in self.c.consts else None
+            if pick is not None and self.c.types[id(pick)] == t:  # a compile-time choice: no select
+                return self.expr(pick)
             return ir.Select(t, e.span, self.expr(e.cond), self.expr(e.then), self.expr(e.orelse))
         if isinstance(e, ast.Attribute):
             if isinstance(self.t(e.value), ElemT):

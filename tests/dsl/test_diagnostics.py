@@ -265,3 +265,16 @@ def test_compile_time_strings_compare_with_equality_only():
     assert k.param_dict["W"] == 4 and build_source(src, {"MODE": "slow"}, path="t.arg").param_dict["W"] == 2
     d = diag('param MODE = "fast"\nparam W = 4 if MODE < "g" else 2')
     assert d.code == "type" and "cannot compare str" in d.message
+
+
+def test_compile_time_choice_of_tiles_lowers_to_the_branch():
+    """`a if COND else b` on tiles with a compile-time condition is the chosen branch (no select on a
+    constant condition, which the verifier could not model)."""
+    from argus.analysis import VERIFIED, verify
+
+    src = ('kernel k(A: f32[N], B: f32[N]):\n    param MODE = "fast"\n    launch grid=(cdiv(N, 128),), threads=128\n'
+           "    i = block_id(0) * 128\n    x = load(A[i:+128], masked=True)\n"
+           '    y = x * 2.0 if MODE == "fast" else x\n    store(B[i:+128], y)\nreference:\n    B = A * 2.0\n')
+    k = build_source(src, {}, path="t.arg")
+    assert "Select(" not in repr(k.body)
+    assert verify(k).status == VERIFIED

@@ -145,7 +145,7 @@ flash_attention(
   // assume: a precondition, checked by the runtime before the launch
   __builtin_assume((H == (HKV * 1)));
 #line 28 "examples/flash_attention.arg"
-  qb = (true ? ((((SQ + 256 - 1) / 256) - 1) - (int)blockIdx.x) : (int)blockIdx.x);
+  qb = ((((SQ + 256 - 1) / 256) - 1) - (int)blockIdx.x);
 #line 29 "examples/flash_attention.arg"
   h = (int)blockIdx.y;
 #line 30 "examples/flash_attention.arg"
@@ -192,7 +192,7 @@ flash_attention(
   #pragma unroll
   for (int ag_i = 0; ag_i < 64; ++ag_i) acc[ag_i] = (float)(0.0f);
 #line 44 "examples/flash_attention.arg"
-  n_kv = (true ? min((int)(((SKV + 64 - 1) / 64)), (int)(ag_cdiv<int>(((((qb + 1) * 256) + SKV) - SQ), 64))) : ((SKV + 64 - 1) / 64));
+  n_kv = min((int)(((SKV + 64 - 1) / 64)), (int)(ag_cdiv<int>(((((qb + 1) * 256) + SKV) - SQ), 64)));
 #line 45 "examples/flash_attention.arg"
   if ((0 < n_kv)) {
 #line 46 "examples/flash_attention.arg"
