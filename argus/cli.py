@@ -123,33 +123,22 @@ def cmd_check(args) -> int:
             from argus.dsl import ast
 
             codes, reports = [], []
-            for kn in kernels:
+            items = [(kn, _check_one) for kn in kernels] + \
+                [(g, lambda sub, g=g: _check_layer(sub, g)) for g in module.layers]
+            for item, check in items:
                 sub = copy.copy(args)
-                sub.kernel = kn.name
-                # -D applies to the kernels that have that parameter or dimension
-                own = {s.name for s in kn.body if isinstance(s, ast.Param)} | \
-                    {d for a in kn.args if a.dims for d in a.dims if isinstance(d, str)} | {a.name for a in kn.args}
+                sub.kernel = item.name
+                # -D applies to the kernels (and layers) that have that parameter or dimension
+                own = {s.name for s in item.body if isinstance(s, ast.Param)} | {a.name for a in item.args} | \
+                    {d for a in item.args if a.dims for d in a.dims if isinstance(d, str)}
                 sub.define = [(n, v) for n, v in (args.define or []) if n in own]
                 if args.format == "json":
                     buf = io.StringIO()
                     with contextlib.redirect_stdout(buf):
-                        codes.append(_check_one(sub))
+                        codes.append(check(sub))
                     reports.append(json.loads(buf.getvalue()))
                 else:
-                    codes.append(_check_one(sub))
-            for g in module.layers:
-                sub = copy.copy(args)
-                sub.kernel = g.name
-                own = {s.name for s in g.body if isinstance(s, ast.Param)} | \
-                    {d for a in g.args if a.dims for d in a.dims if isinstance(d, str)}
-                sub.define = [(n, v) for n, v in (args.define or []) if n in own]
-                if args.format == "json":
-                    buf = io.StringIO()
-                    with contextlib.redirect_stdout(buf):
-                        codes.append(_check_layer(sub, g))
-                    reports.append(json.loads(buf.getvalue()))
-                else:
-                    codes.append(_check_layer(sub, g))
+                    codes.append(check(sub))
             worst = EXIT_ERROR if EXIT_ERROR in codes else EXIT_UNKNOWN if EXIT_UNKNOWN in codes else max(codes)
             if args.format == "json":
                 status = {EXIT_OK: "ok" if args.no_verify else "verified", EXIT_ERROR: "violated"}.get(worst, "unknown")
