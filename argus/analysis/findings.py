@@ -18,6 +18,8 @@ CHECKS = {
     "mma-accumulator": "an mma updates each accumulator element with its own row of A and column of B",
     "store-coordinates": "a stored element comes from the coordinates it is stored at",
     "accumulation-coverage": "a stored accumulator sums over every contracted coordinate exactly once",
+    "reference-footprint": "each output element is computed from exactly the input elements its reference "
+                           "computes it from (same tensors, coordinates, masks; sums exactly once)",
     "tag-assertion": "every assert_tag relation holds for every block, step and element",
     "uninitialized-read": "shared memory is read only where a landed copy has written it",
     "async-read-before-wait": "an async-copied buffer is read only after the wait that lands it",

@@ -10,11 +10,35 @@ from argus.analysis import checks
 from argus.analysis.checks.common import Analysis
 from argus.analysis.executor import explore, loop_periods
 from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, CheckResult, Finding, Report
+from argus.analysis.footprint import ReferenceContract, add_store_obligations
 from argus.analysis.periodicity import certify
+from argus.analysis.reference_terms import Arr, NotAnalysable, reference_arrays
 from argus.analysis.replay import replay
 from argus.analysis.symbolic import Unsupported
 from argus.ir import nodes as ir
 from argus.ir.transform import walk
+
+
+def reference_contracts(kernel: ir.Kernel, contexts) -> dict:
+    """Per output: the reference's data flow as the stores' contract, or the reason there is none (the
+    axis-name contract then applies). No reference block: no explicit contracts."""
+    if kernel.reference is None or not contexts:
+        return {}
+    try:
+        env, rt = reference_arrays(kernel, contexts[0])
+    except NotAnalysable as exc:
+        where = f" ({exc.span.path}:{exc.span.line})" if getattr(exc, "span", None) else ""
+        return {o: f"the reference block is not analysed: {exc}{where}" for o in kernel.outputs}
+    out: dict = {}
+    for o in kernel.outputs:
+        arr = env.get(o)
+        if not isinstance(arr, Arr):
+            out[o] = f"the reference does not compute '{o}' as an array"
+        elif len(arr.shape) != len(kernel.tensor(o).dims):
+            out[o] = f"the reference computes '{o}' with rank {len(arr.shape)}, not {len(kernel.tensor(o).dims)}"
+        else:
+            out[o] = ReferenceContract(kernel, o, arr, rt)
+    return out
 
 
 def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_replay: bool = True) -> Report:
@@ -29,6 +53,9 @@ def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_re
                                                           span, invariant=CHECKS[c])]) for c in CHECKS]
         return Report(kernel.name, kernel.path, results, [f"symbolic execution stopped{where}: {exc}"])
     explore_s = time.perf_counter() - t0
+    contracts = reference_contracts(kernel, contexts)
+    for tr, ctx in zip(traces, contexts):
+        add_store_obligations(kernel, tr, ctx, contracts)
     a = Analysis(kernel, defines, traces, contexts, notes)
     caps = loop_periods(kernel)
     loops = {n.span: n for n in walk(kernel.body) if isinstance(n, ir.For)}

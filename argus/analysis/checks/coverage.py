@@ -11,10 +11,10 @@ from __future__ import annotations
 import z3
 
 from argus.analysis.checks.common import Analysis
-from argus.analysis.executor import Obligation
 from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
 from argus.analysis.solve import counterexample, value
 from argus.analysis.symbolic import SOLVER_TIMEOUT_MS, as_int, solver
+from argus.analysis.trace import Obligation
 
 CODES = ["output-unwritten", "output-written-twice"]
 
@@ -61,7 +61,7 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
             def covers(st, blk, ctx=ctx, c=c):
                 sub = list(zip(ctx.block, blk))
                 starts = tuple(z3.substitute(as_int(s), *sub) for s in st.view.starts)
-                from argus.analysis.executor import View
+                from argus.analysis.trace import View
                 v = View(st.view.space, st.view.base, starts, st.view.extents, st.view.transposed, st.view.shape,
                          st.view.dtype)
                 if st.view.keep is None:

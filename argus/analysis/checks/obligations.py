@@ -9,9 +9,8 @@ from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
 from argus.analysis.solve import check_batch, counterexample, small_model
 from argus.ir.threads import copy_thread
 
-CODES = ["mma-contraction", "mma-accumulator", "store-coordinates", "accumulation-coverage", "tag-assertion",
-         "uninitialized-read",
-         "async-read-before-wait", "oob-shared"]
+CODES = ["mma-contraction", "mma-accumulator", "store-coordinates", "accumulation-coverage", "reference-footprint",
+         "tag-assertion", "uninitialized-read", "async-read-before-wait", "oob-shared"]
 
 
 def run(a: Analysis) -> dict[str, tuple]:
@@ -35,6 +34,8 @@ def run(a: Analysis) -> dict[str, tuple]:
                 st, ob, _m = check_batch(trace, group, ctx)
                 if st == VIOLATED:
                     m = small_model(trace, _conj(ob), ctx)
+                    if ob.refine is not None and (m is None or ob.refine(m) is not None):
+                        m = _m  # the small model only satisfies the over-approximation: keep the confirmed one
                     cx = counterexample(m, ctx, ob) if m is not None else None
                     if cx is not None:
                         cx.thread = _thread(a, code, ob, cx)
@@ -45,6 +46,16 @@ def run(a: Analysis) -> dict[str, tuple]:
                     status = UNKNOWN
                     findings.append(Finding(code, UNKNOWN, f"{CHECKS[code]}: the solver timed out", site,
                                             invariant=CHECKS[code]))
+        # a site in scope the executor could not turn into an obligation: unknown, never verified
+        reasons = {}
+        for trace in a.traces:
+            for u in trace.unknowns:
+                if u.check == code:
+                    reasons.setdefault((u.span, u.reason), u)
+        for u in reasons.values():
+            if status == VERIFIED:
+                status = UNKNOWN
+            findings.append(Finding(code, UNKNOWN, f"not proved: {u.reason}", u.span, invariant=CHECKS[code]))
         out[code] = (status, findings, time.perf_counter() - t0)
     return out
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import z3
 
 from argus.analysis.checks.common import Analysis
-from argus.analysis.executor import Access
 from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
 from argus.analysis.solve import counterexample, small_model, value
 from argus.analysis.symbolic import as_int, solver
+from argus.analysis.trace import Access
 from argus.ir.threads import MULTI
 
 CODES = ["race", "async-overwrite"]
@@ -107,7 +107,7 @@ def _query(trace, ctx, x: Access, y: Access):
 
 
 def _finding(code, x: Access, y: Access, m, ctx, ex, ey) -> Finding:
-    from argus.analysis.executor import Obligation
+    from argus.analysis.trace import Obligation
 
     ob = Obligation(code, y.span, "", z3.BoolVal(True), [], {}, dict(y.step))
     cx = counterexample(m, ctx, ob)
