@@ -27,7 +27,7 @@ def test_inline_kernel_errors_point_at_the_python_file():
     with pytest.raises(ArgusError) as info:
         m.broken.lower()
     d = info.value.diagnostics[0]
-    assert d.span.path.endswith("inline_kernels.py") and d.span.line == 24 and "undefined name 'Z'" in d.message
+    assert d.span.path.endswith("inline_kernels.py") and d.span.line == 26 and "undefined name 'Z'" in d.message
     assert "load(Z[0:+BR, 0:+64])" in render(d)
 
 
