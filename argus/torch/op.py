@@ -30,7 +30,7 @@ import torch
 from argus.api import Kernel, load
 from argus.dsl.diagnostics import error
 from argus.ir import nodes as ir
-from argus.runtime.arrays import ArgumentError, bind_shape, declared_type
+from argus.runtime.arrays import ArgumentError, ShapeBindings, bind_shape, declared_type
 from argus.runtime.bench import torch_dtype
 
 _SCHEMA_TYPES = {"float": "float", "int": "int", "uint": "int", "bool": "bool"}
@@ -109,7 +109,7 @@ class TorchOp:
 
     def _check(self, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, Any], torch.device]:
         """Dims bound from the inputs (SymInts under dynamic shapes), and their one device."""
-        dims: dict[str, Any] = dict(self.signature.dims)
+        dims: dict[str, Any] = ShapeBindings(self.signature.dims)  # remembers which argument bound a dim
         first: tuple[str, torch.device] | None = None
         for t in self.signature.inputs:
             x = tensors[t.name]
@@ -130,7 +130,7 @@ class TorchOp:
             elif x.device != first[1]:
                 raise fail(f" (argument {first[0]} is on {first[1]})")
         assert first is not None  # signature_of requires an input
-        return dims, first[1]
+        return dict(dims), first[1]
 
     def _shape(self, t: ir.TensorDecl, dims: dict[str, Any]) -> tuple[Any, ...]:
         return tuple(d if isinstance(d, int) else dims[d] for d in t.dims)
@@ -176,7 +176,11 @@ def _interpret(kernel: Kernel, k: ir.Kernel, ins: dict[str, torch.Tensor], outs:
                                     dtype=store)
 
     decls = {t.name: t for t in k.tensors}
-    arrays = {n: host(x, decls[n]) for n, x in {**ins, **outs}.items()}
+    arrays = {n: host(x, decls[n]) for n, x in ins.items()}
+    for n, x in outs.items():  # pure outputs poisoned (NaN / -1): an element the kernel skips shows
+        t = decls[n]
+        arrays[n] = host(x, t) if n in k.inputs else \
+            np.full(tuple(x.shape), np.nan if t.dtype.is_float else -1, storage_dtype(t.dtype))
     kernel.interpret(**arrays, **scalars)
     for n, x in outs.items():
         x.copy_(torch.from_numpy(arrays[n]).to(x.dtype))
