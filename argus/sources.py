@@ -8,6 +8,7 @@ raises becomes a diagnostic at the line of the file that raised it. Every other 
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import itertools
 import sys
@@ -89,7 +90,9 @@ def _python_file(path: str) -> SourceFile:
     if not p.is_file():
         raise error("io", f"cannot read {path}: no such file", None)
     name = f"_argus_file_{next(_COUNTER)}_{''.join(c if c.isalnum() else '_' for c in p.stem)}"
-    spec = importlib.util.spec_from_file_location(name, path)
+    # A loader of our own keeps the path as given (spec_from_file_location would make it absolute): the
+    # functions' code, and so their kernels' spans and diagnostics, name the file as the user did.
+    spec = importlib.util.spec_from_file_location(name, path, loader=importlib.machinery.SourceFileLoader(name, path))
     if spec is None or spec.loader is None:
         raise error("io", f"cannot import {path}", None)
     module = importlib.util.module_from_spec(spec)
