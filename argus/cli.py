@@ -90,14 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--arch", default=None, help="GPU architecture (default: the GPU's)")
     r.add_argument("--seed", type=int, default=None, help="random seed for the inputs (default: fresh)")
     b = sub.add_parser("build", help="generate CUDA C++, compile it with NVRTC, report registers/smem/spills",
-                       description="Lower FILE to the IR, generate CUDA C++ (with #line directives to FILE), "
-                       "compile it with NVRTC to a cubin (disk-cached) and print each kernel's registers, shared "
-                       "memory, stack frame and spills. --emit picks the artefact written to -o.")
+                       description="Lower each kernel of FILE (or the one --kernel names) to the IR, generate "
+                       "CUDA C++ (with #line directives to FILE), compile it with NVRTC to a cubin (disk-cached) and "
+                       "print each kernel's registers, shared memory, stack frame and spills. --emit picks the "
+                       "artefact written to -o (a folder when FILE holds several kernels).")
     _common(b)
     b.add_argument("--emit", choices=("cuda", "ptx", "cubin"), default="cubin", help="artefact to write")
     b.add_argument("--arch", default=None, help="target, e.g. sm_90a or sm_80 (default: the GPU's, else sm_90a)")
     b.add_argument("-o", "--output", default=None,
-                   help="output path (default: KERNEL.cu / .ptx / .cubin in the current directory; - for stdout)")
+                   help="output path, or folder for several kernels (default: KERNEL.cu / .ptx / .cubin in the current "
+                   "directory; - for stdout)")
     from argus.agent.cli import add_tune_parser
 
     add_tune_parser(sub, parse_define)
