@@ -109,11 +109,11 @@ def test_console_script_entry_point():
 
 
 def test_internal_errors_are_not_tracebacks(monkeypatch, capsys):
-    import argus.ir.build as build
+    import argus.verification as verification
 
     def boom(*a, **k):
         raise RuntimeError("simulated bug")
-    monkeypatch.setattr(build, "build_file", boom)
+    monkeypatch.setattr(verification, "verify_kernel", boom)
     monkeypatch.delenv("ARGUS_DEBUG", raising=False)
     code, _, err = run(capsys, "check", GEMM)
     assert code == 3 and "internal compiler error: RuntimeError: simulated bug" in err and "Traceback" not in err

@@ -12,7 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-FORMAT = 1
+from argus.records import SCHEMA_VERSION
+
+FORMAT = 1  # the layout of the file (a header line, then step lines); schema_version: the keys (docs/json.md)
 # Header fields that must match for --resume to continue a run (the budget may grow).
 IDENTITY = ("start_key", "planner", "model", "seed", "targets", "checks", "evaluator", "verifier")
 
@@ -33,7 +35,7 @@ class RunRecord:
         if p.exists() and p.stat().st_size > 0:
             raise RecordError(f"{p} already holds a run: pass --resume to continue it, or choose another --out")
         p.parent.mkdir(parents=True, exist_ok=True)
-        h = {"kind": "run", "format": FORMAT, **header}
+        h = {"schema_version": SCHEMA_VERSION, "kind": "run", "format": FORMAT, **header}
         with open(p, "w") as f:
             f.write(json.dumps(h) + "\n")
             f.flush()
@@ -82,7 +84,7 @@ class RunRecord:
     def append(self, step: dict[str, Any]) -> None:
         if step["step"] != len(self.steps):
             raise RecordError(f"step {step['step']} appended after {len(self.steps)} steps")
-        line = json.dumps({"kind": "step", **step}, default=_default)
+        line = json.dumps({"schema_version": SCHEMA_VERSION, "kind": "step", **step}, default=_default)
         with open(self.path, "a") as f:
             f.write(line + "\n")
             f.flush()

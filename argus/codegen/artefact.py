@@ -8,6 +8,7 @@ from pathlib import Path
 
 from argus.codegen.compile import Built, build
 from argus.codegen.resources import KernelResources
+from argus.ir import nodes as ir
 
 EXT = {"cuda": ".cu", "ptx": ".ptx", "cubin": ".cubin"}
 
@@ -43,26 +44,40 @@ def write_artefact(built: Built, emit: str, ptx: str | None, output: str | None)
     return str(path)
 
 
-def build_command(file: str, defines: dict[str, object], kernel: str | None, *, emit: str = "cubin",
-                  arch: str | None = None, output: str | None = None, fmt: str = "text") -> int:
-    from argus.ir.build import build_file
+def build_command(file: str, kernels: list[ir.Kernel], *, emit: str = "cubin", arch: str | None = None,
+                  output: str | None = None, fmt: str = "text") -> int:
+    """Build each lowered kernel of `file`. One kernel: `output` is the artefact's path (- for stdout).
+    Several: `output` is a folder (created) holding KERNEL.cu / .ptx / .cubin each; - concatenates text
+    artefacts on stdout (not cubins)."""
+    from argus.dsl.diagnostics import error
+    from argus.records import file_record, record
 
-    k = build_file(file, defines, kernel)
-    built = build(k, arch=arch)  # always a cubin: the resource report reads it
-    ptx = build(k, arch=arch, want="ptx").result.ptx if emit == "ptx" else None
-    where = write_artefact(built, emit, ptx, output)
-    res = built.resources
-    smem = built.generated.smem_bytes
+    many = len(kernels) > 1
+    if many and output == "-" and emit == "cubin":
+        raise error("usage", f"{file} holds {len(kernels)} kernels: several cubins cannot go to stdout", None,
+                    "pick one with --kernel, or write them to a folder with -o DIR")
+    if many and output not in (None, "-"):
+        Path(output).mkdir(parents=True, exist_ok=True)
+    records = []
+    for k in kernels:
+        built = build(k, arch=arch)  # always a cubin: the resource report reads it
+        ptx = build(k, arch=arch, want="ptx").result.ptx if emit == "ptx" else None
+        out = str(Path(output, f"{built.generated.name}{EXT[emit]}")) if many and output not in (None, "-") \
+            else output
+        where = write_artefact(built, emit, ptx, out)
+        res = built.resources
+        smem = built.generated.smem_bytes
+        records.append(record(file=file, kernel=k.name, status="ok", arch=built.arch, emit=emit, output=where,
+                              cached=built.result.cached,
+                              functions=[resource_json(r, smem) for r in res.values()]))
+        if fmt == "text":
+            stream = sys.stderr if where == "<stdout>" else sys.stdout
+            print(f"{file}: kernel '{k.name}' built for {built.arch}{' (cached)' if built.result.cached else ''}; "
+                  f"wrote {emit} to {where}", file=stream)
+            for r in res.values():
+                print(f"  {resource_line(r, smem)}", file=stream)
+            for w in built.result.warnings:
+                print(f"  warning: {w}", file=stream)
     if fmt == "json":
-        print(json.dumps({"file": file, "kernel": k.name, "status": "ok", "arch": built.arch, "emit": emit,
-                          "output": where, "cached": built.result.cached,
-                          "kernels": [resource_json(r, smem) for r in res.values()]}, indent=2))
-    else:
-        out = sys.stderr if where == "<stdout>" else sys.stdout
-        print(f"{file}: kernel '{k.name}' built for {built.arch}{' (cached)' if built.result.cached else ''}; "
-              f"wrote {emit} to {where}", file=out)
-        for r in res.values():
-            print(f"  {resource_line(r, smem)}", file=out)
-        for w in built.result.warnings:
-            print(f"  warning: {w}", file=out)
+        print(json.dumps(file_record(file, "ok", records) if many else records[0], indent=2))
     return 0
