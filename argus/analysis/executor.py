@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 import z3
 
 from argus.analysis import terms as T
+from argus.analysis.ring import DryAbort, RingRules, ring_plan, ring_step_loops
 from argus.analysis.symbolic import Context, Evaluator, Unsupported, as_int, simplify_int, solver, to_bool
 from argus.analysis.tiles import TileRules
-from argus.analysis.trace import Access, Obligation, Record, StoreEvent, Trace, View
+from argus.analysis.trace import Access, Obligation, Record, StoreEvent, Trace, Unknown, View
 from argus.analysis.values import UNWRITTEN, ElemTags, SymTile, lookup, memo, merge_if
 from argus.dsl.diagnostics import Span
 from argus.dsl.types import TileT
@@ -28,6 +29,11 @@ from argus.ir.threads import MULTI, copy_thread
 from argus.ir.transform import role_groups, walk
 
 MAX_PATHS = 96
+# the checks whose verdicts come from the explored paths (all but the kernel-only swizzle check)
+TRACE_CHECKS = ("mma-contraction", "mma-accumulator", "store-coordinates", "accumulation-coverage",
+                "reference-footprint", "tag-assertion", "uninitialized-read", "async-read-before-wait",
+                "async-overwrite", "race", "oob-global", "oob-shared", "output-unwritten", "output-written-twice",
+                "mma-layout", "misaligned-copy", "deadlock")
 
 
 class _Fork(Exception):
@@ -61,7 +67,7 @@ class _Agent:
         self.acquired: dict[int, int] = {}  # per mbarrier (id): how many of its phases this agent acquired
 
 
-class Executor(TileRules):
+class Executor(TileRules, RingRules):
     def __init__(self, kernel: ir.Kernel, ctx: Context, decisions: list, trip_cap: dict[int, int]):
         self.k = kernel
         self.ctx = ctx
@@ -80,6 +86,9 @@ class Executor(TileRules):
         self.fresh_id = 0
         self.agent = _Agent("block", kernel.threads, {})
         self.tensor_ids = {t.name: i for i, t in enumerate(kernel.tensors)}
+        self.tile_vars: list = []  # (t, loop, first tile b, stride G, count T) of persistent loops met
+        self.barrier_allocs: dict[str, ir.AllocBarrier] = {}
+        self.dry = False  # a symbolic ring step: decisions that would fork the path abort it
         ctx.on_load = self._on_scalar_load
         self.axis_names = {d for t in kernel.tensors for d in t.dims if isinstance(d, str)}
 
@@ -111,6 +120,8 @@ class Executor(TileRules):
             return False
         can_t = self._sat(c) != z3.unsat
         can_f = self._sat(z3.Not(c)) != z3.unsat
+        if can_t and can_f and self.dry:
+            raise DryAbort()
         if can_t and can_f:
             choice = self._decide([True, False])
         else:
@@ -128,6 +139,8 @@ class Executor(TileRules):
         v = simplify_int(v)
         if isinstance(v, int):
             return v
+        if self.dry:
+            raise DryAbort()
         if cap is not None:
             values = [t for t in range(cap + 1) if self._sat(v == t) != z3.unsat]
             if self._sat(v > cap) != z3.unsat:
@@ -165,6 +178,7 @@ class Executor(TileRules):
             self.trace.deadlock = self.k.span
         self.trace.constraints = list(self.ctx.constraints) + list(self.path)
         self.trace.decisions = list(self.taken)
+        self.trace.tiles = list(self.tile_vars)
         return self.trace
 
     def ev(self) -> Evaluator:
@@ -186,6 +200,16 @@ class Executor(TileRules):
         for a, _ in agents:
             a.vc = dict(saved.vc)
             a.vc[a.name] = 0
+        allocs = {n: self.barrier_allocs[n] for n in self.barriers}
+        plan = ring_plan(roles, allocs)
+        if not isinstance(plan, str):
+            yield from self.exec_ring(plan, {r.kind: a for a, r in agents})
+            self.agent = saved
+            self._join_roles(saved, [a for a, _ in agents])
+            return
+        if any(isinstance(x, ir.For) and x.kind == "persistent" for r in roles for x in walk(r.body)):
+            raise Unsupported(f"warp-specialised roles with a persistent tile loop are verified as a producer/"
+                              f"consumer ring, and these are not one: {plan}", roles[0].span)
         live = [[a, self.exec_block(r.body)] for a, r in agents]
         while live:
             before = self.pos
@@ -199,7 +223,11 @@ class Executor(TileRules):
             self.agent = saved
             if live and self.pos == before:
                 yield
-        for a, _ in agents:  # the block continues after every role finished
+        self._join_roles(saved, [a for a, _ in agents])
+
+    @staticmethod
+    def _join_roles(saved, agents) -> None:
+        for a in agents:  # the block continues after every role finished
             for k, v in a.vc.items():
                 saved.vc[k] = max(saved.vc.get(k, 0), v)
         saved.epoch += 1
@@ -220,6 +248,7 @@ class Executor(TileRules):
             self.buffers[s.name] = s
         elif isinstance(s, ir.AllocBarrier):
             self.barriers[s.name] = [_Barrier(s.count) for _ in range(s.n or 1)]
+            self.barrier_allocs[s.name] = s
         elif isinstance(s, ir.Assume) and s.over is not None:
             self.ctx.quantified.append((s.cond, self.scalar(s.over), dict(self.agent.env)))
         elif isinstance(s, ir.Assume):
@@ -241,6 +270,8 @@ class Executor(TileRules):
             self.agent.epoch += 1
         elif isinstance(s, ir.Store):
             self.store(s)
+        elif isinstance(s, ir.For) and s.kind == "persistent":
+            yield from self.exec_persistent(s)
         elif isinstance(s, ir.For):
             start = self.concrete(self.scalar(s.start), s.span, what="loop start")
             step = self.concrete(self.scalar(s.step), s.span, what="loop step")
@@ -264,6 +295,8 @@ class Executor(TileRules):
             yield from self.exec_block(s.then if self.decide(c, s.span) else s.orelse)
         elif isinstance(s, ir.AssertTag):
             self.assert_tag(s)
+        elif self.ring is not None and isinstance(s, (ir.Arrive, ir.ExpectTx, ir.WaitBarrier)):
+            {ir.Arrive: self.ring_arrive, ir.ExpectTx: self.ring_expect, ir.WaitBarrier: self.ring_wait}[type(s)](s)
         elif isinstance(s, ir.Arrive):
             b = self.barrier(s.barrier, s.span)
             self.arrive(b)
@@ -282,6 +315,59 @@ class Executor(TileRules):
             raise Unsupported("pipeline loop was not expanded", s.span)
         else:
             raise Unsupported(f"{type(s).__name__}", s.span)
+
+    # ---- persistent tile loops ----
+    def exec_persistent(self, s: ir.For) -> Iterator[None]:
+        """`for t in persistent(T)`: block b takes tiles b, b + G, b + 2G, ... (G blocks in the grid), so
+        every tile in [0, T) is taken exactly once over the grid. Rather than enumerating them, the body
+        runs for an arbitrary tile t in [b, T) (a fresh variable: obligations hold for every tile of every
+        block), followed by the next tile t + G when there is one, which covers the interaction of
+        consecutive tiles (races between one tile's last accesses and the next one's first).
+
+        Shared memory written in the body holds an earlier tile's data when tile t starts: reading it
+        before this tile writes it is opaque (unknown). Nothing may be in flight across tiles: async
+        copies still pending at a tile's end make the loop unknown."""
+        b, g, n = self.scalar(s.start), self.scalar(s.step), self.scalar(s.stop)
+        if not self.decide(as_int(b) < as_int(n), s.span):
+            return
+        self.fresh_id += 1
+        t = z3.Int(f"{s.var}@{self.fresh_id}")
+        self.path.extend([t >= as_int(b), t < as_int(n)])
+        self.tile_vars.append((t, s, as_int(b), as_int(g), as_int(n)))
+        if not self.quiescent():
+            self.trace.unknowns.extend(Unknown(c, s.span, "async copies are in flight when the tile loop starts; "
+                                               "the tile-loop abstraction needs none") for c in TRACE_CHECKS)
+        self.stale_records(s)
+        for k, tile in enumerate((t, t + as_int(g))):
+            if k == 1 and not self.decide(tile < as_int(n), s.span):
+                break
+            self.agent.env[s.var] = tile
+            self.steps[s.var] = tile
+            yield from self.exec_block(s.body)
+            if not self.quiescent():
+                self.trace.unknowns.extend(Unknown(c, s.span, "async copies are still in flight at the end of a "
+                                                   "tile; the tile-loop abstraction needs none across tiles")
+                                           for c in TRACE_CHECKS)
+        self.steps.pop(s.var, None)
+
+    def quiescent(self) -> bool:
+        pending = any(b.pending for bars in self.barriers.values() for b in bars)
+        return not self.uncommitted and not any(self.groups) and not pending
+
+    def stale_records(self, s: ir.For) -> None:
+        """Buffers the loop body writes hold an earlier tile's data at the start of a tile."""
+        written = {x.dst.base for x in walk(s.body) if isinstance(x, ir.Copy)}
+        for name in sorted(written):
+            buf = self.buffers.get(name)
+            if buf is None:
+                continue
+            view = View("shared", name, (0,) * len(buf.shape), tuple(buf.shape), False, tuple(buf.shape), buf.dtype)
+            tags = ElemTags({}, T.opaque("written by an earlier tile of the persistent loop", s.span), "earlier tile")
+            a = self.agent
+            rec = Record(len(self.trace.records), view, lambda idx, t=tags: t, lambda idx: MULTI, "sync", s.span,
+                         self.pos, a.epoch - 1, a.name, dict(a.vc), self.step_snapshot())
+            rec.land_pos, rec.land_epoch = self.pos, a.epoch - 1
+            self.trace.records.append(rec)
 
     # ---- mbarriers ----
     def barrier(self, ref: ir.BarrierRef, span) -> _Barrier:
@@ -420,9 +506,14 @@ class Executor(TileRules):
                 bad, self.idx_domain(idx, v.shape), self.idx_vars(idx, "element"), self.step_snapshot(),
                 extra={"copy_span": first.span, "copy_step": first.step, "buffer": v.base, "view": v}))
         thread = MULTI if multi else self.copy_threads(v)
+        if self.in_ring(v):
+            self.ring_read(v, span)
         self.trace.accesses.append(Access("read", v, thread, pos, self.agent.epoch, self.agent.name,
-                                          dict(self.agent.vc), span, self.step_snapshot()))
+                                          dict(self.agent.vc), span, self.step_snapshot(), None, self.in_ring(v)))
         return self.shared_tags(v, pos)
+
+    def in_ring(self, v: View) -> bool:
+        return self.ring is not None and v.base in self.ring_plan_.buffers
 
     def copy_threads(self, v: View):
         threads = self.agent.threads
@@ -451,6 +542,8 @@ class Executor(TileRules):
             self.land(rec)
         elif s.mode == "async":
             self.uncommitted.append(rec)
+        elif self.ring is not None and dst.base in self.ring_plan_.buffers:
+            self.ring_copy(s, dst, rec)
         else:
             b = self.barrier(s.barrier, s.span)
             b.pending.append(rec)
@@ -465,7 +558,7 @@ class Executor(TileRules):
         agent = self.agent.name if r.mode != "bulk" else f"tma{r.rid}"
         vc = dict(self.agent.vc) if r.mode != "bulk" else {**r.issue_vc, f"tma{r.rid}": 0}
         self.trace.accesses.append(Access("write", r.view, MULTI if r.mode == "bulk" else r.writer, r.issue_pos,
-                                          r.issue_epoch, agent, vc, r.span, r.step, r))
+                                          r.issue_epoch, agent, vc, r.span, r.step, r, self.in_ring(r.view)))
 
     def _on_scalar_load(self, e: ir.Load, idx: tuple) -> None:
         v = View("global", e.ref.base, tuple(simplify_int(i) for i in idx), e.ref.extents, False, (), e.ref.dtype)
@@ -615,15 +708,32 @@ def loop_periods(kernel: ir.Kernel) -> dict[int, int]:
     """Trip-count cap per loop: 2 * period + 2. The period is the lcm over the loop body's `x % c` of
     c times the divisors of any `//` inside x: (k // 2) % 2 repeats every 4 steps."""
     caps: dict[int, int] = {}
+    ring = ring_step_loops(kernel)
     for node in walk(kernel.body):
         if isinstance(node, ir.For):
             period = 1
-            for sub in walk(node.body):
+            skip = ring.get(id(node), frozenset())
+            # a ring's stage and parity arithmetic is proved for every step by its protocol obligations
+            body = tuple(s for s in node.body if not (isinstance(s, ir.Let) and s.name in skip)) if skip \
+                else node.body
+            ring_uses = {id(x) for s in walk(body) for x in _ring_positions(s)} if id(node) in ring else set()
+            for sub in walk(body):
+                if id(sub) in ring_uses:
+                    continue
                 if isinstance(sub, ir.Bin) and sub.op == "%" and isinstance(sub.b, ir.Const) \
                         and isinstance(sub.b.value, int) and sub.b.value > 0:
                     period = math.lcm(period, sub.b.value * _divisors_product(sub.a))
             caps[id(node)] = 2 * period + 2
     return caps
+
+
+def _ring_positions(s) -> list:
+    """Expressions of a statement that only position a ring (barrier index, parity)."""
+    if isinstance(s, ir.WaitBarrier):
+        return [x for x in walk(s.phase)] + ([x for x in walk(s.barrier.index)] if s.barrier.index else [])
+    if isinstance(s, (ir.Arrive, ir.ExpectTx)) and s.barrier.index is not None:
+        return list(walk(s.barrier.index))
+    return []
 
 
 def explore(kernel: ir.Kernel, defines: dict[str, object]) -> tuple[list[Trace], list[Context], list[str]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import z3
 
 from argus.analysis.findings import UNKNOWN, VERIFIED, VIOLATED, Counterexample
+from argus.analysis.solving import nonlinear_check
 from argus.analysis.symbolic import Context, solver
 from argus.analysis.trace import Obligation, Trace
 
@@ -18,7 +19,7 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
     Quantifier-free obligations share one query. An obligation whose `bad` over-approximates the
     violation (it has `refine`) is asked alone and confirmed on the model; a spurious model is
     excluded and the query repeated, at most `refinements` times, then the answer is unknown."""
-    plain = [ob for ob in obligations if ob.refine is None]
+    plain = [ob for ob in obligations if ob.refine is None and not ob.extra.get("nonlinear")]
     status = VERIFIED
     if plain:
         s = solver(timeout_ms)
@@ -33,6 +34,14 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
         if r == z3.unknown:
             status = UNKNOWN
     for ob in obligations:
+        if ob.extra.get("nonlinear"):
+            # ring positions multiply a tile index by the steps per tile
+            r, m = nonlinear_check([*trace.constraints, *ob.domain, ob.bad], timeout_ms=timeout_ms)
+            if r == z3.sat:
+                return VIOLATED, ob, m
+            if r == z3.unknown:
+                status = UNKNOWN
+            continue
         if ob.refine is None:
             continue
         s = solver(timeout_ms)
@@ -88,7 +97,7 @@ def counterexample(m: z3.ModelRef, ctx: Context, ob: Obligation) -> Counterexamp
     cx = Counterexample()
     cx.dims = {d: value(m, v) for d, v in ctx.dims.items()}
     cx.block = tuple(value(m, b) for b in ctx.block[: len(ctx.kernel.grid)])
-    cx.steps = dict(ob.step)
+    cx.steps = {k: value(m, v) for k, v in ob.step.items()}
     cx.values = {k: value(m, v) for k, v in ob.variables.items()}
     cx.sides = {label: {f: value(m, t) for f, t in fields.items()} for label, fields in ob.sides.items()}
     cx.values.update(tensor_values(m, ctx))

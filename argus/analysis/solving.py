@@ -148,3 +148,64 @@ def fix_model(formula, m: z3.ModelRef):
                 body = z3.If(cond, e[-1], body)
         subs.append((f, body))
     return z3.substitute_funs(out, *subs) if subs else out
+
+
+def purify(formulas: list) -> list:
+    """Replace each integer `x div d` / `x mod d` by a non-numeral divisor with fresh q, r and the facts
+    x = q * d + r, 0 <= r < d (for d > 0): the division theorem stated once per (x, d), which nonlinear
+    schedule queries (grouped rasters divide by runtime tile counts) need far less search with."""
+    cache: dict = {}
+    facts: list = []
+
+    def visit(e):
+        if not isinstance(e, z3.ExprRef):
+            return e
+        key = e.get_id()
+        if key in cache:
+            return cache[key]
+        if z3.is_app(e) and e.num_args() > 0:
+            kids = [visit(c) for c in e.children()]
+            k = e.decl().kind()
+            if k in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and not z3.is_int_value(kids[1]):
+                x, d = kids
+                pk = ("qr", x.get_id(), d.get_id())
+                if pk not in cache:
+                    q, r = z3.FreshInt("q"), z3.FreshInt("r")
+                    facts.append(z3.Implies(d > 0, z3.And(x == q * d + r, r >= 0, r < d)))
+                    cache[pk] = (q, r)
+                q, r = cache[pk]
+                out = q if k == z3.Z3_OP_IDIV else r
+            elif z3.is_quantifier(e):
+                out = e
+            else:
+                try:
+                    out = e.decl()(*kids) if kids else e
+                except z3.Z3Exception:
+                    out = e
+        else:
+            out = e
+        cache[key] = out
+        return out
+
+    out = [visit(f) for f in formulas]
+    return out + facts
+
+
+def nonlinear_check(formulas: list, prefer: list | None = None, timeout_ms: int = 8000):
+    """(result, model) for formulas with nonlinear integer terms: as they are, then purified (each
+    helps a different query shape), each first under `prefer` (small dims) for small models."""
+    for fs in (formulas, None):
+        if fs is None:
+            fs = purify(formulas)
+        s = z3.Solver()
+        s.set("timeout", timeout_ms)
+        s.add(*fs)
+        r = s.check(*(prefer or []))
+        if r == z3.sat:
+            return r, s.model()
+        r = s.check() if prefer else r
+        if r == z3.sat:
+            return r, s.model()
+        if r == z3.unsat:
+            return r, None
+    return z3.unknown, None

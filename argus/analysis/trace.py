@@ -97,6 +97,7 @@ class Access:
     span: Span | None
     step: dict
     record: Record | None = None  # for writes
+    exempt: bool = False  # ordered by a verified protocol (a producer/consumer ring), not by the race check
 
 
 @dataclass
@@ -150,6 +151,7 @@ class Trace:
     mmas: list = field(default_factory=list)  # (Mma node, operand info)
     truncated: list = field(default_factory=list)  # spans of loops whose trip count was capped
     unknowns: list[Unknown] = field(default_factory=list)
+    tiles: list = field(default_factory=list)  # persistent loops: (tile variable, loop, first tile, stride, count)
     deadlock: Span | None = None
 
 

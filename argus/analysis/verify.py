@@ -41,18 +41,24 @@ def reference_contracts(kernel: ir.Kernel, contexts) -> dict:
     return out
 
 
+# Checks that read only the kernel, never the explored paths: they run even when exploration failed.
+TRACE_FREE = ("swizzle-bijective",)
+
+
 def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_replay: bool = True) -> Report:
     defines = dict(defines or {})
     t0 = time.perf_counter()
+    blocked: tuple[str, object] | None = None  # (reason, span): the paths do not cover every execution
     try:
         traces, contexts, notes = explore(kernel, defines)
     except (Unsupported, z3.Z3Exception) as exc:
         span = getattr(exc, "span", None)
         where = f" at {span.path}:{span.line}" if span else ""
-        results = [CheckResult(c, UNKNOWN, 0.0, [Finding(c, UNKNOWN, f"not checked: unsupported construct: {exc}",
-                                                          span, invariant=CHECKS[c])]) for c in CHECKS]
-        return Report(kernel.name, kernel.path, results, [f"symbolic execution stopped{where}: {exc}"])
+        traces, contexts, notes = [], [], [f"symbolic execution stopped{where}: {exc}"]
+        blocked = (f"not checked: unsupported construct: {exc}", span)
     explore_s = time.perf_counter() - t0
+    if blocked is None and any(n.startswith("more than") for n in notes):
+        blocked = (f"not proved: {next(n for n in notes if n.startswith('more than'))}", kernel.span)
     contracts = reference_contracts(kernel, contexts)
     for tr, ctx in zip(traces, contexts):
         add_store_obligations(kernel, tr, ctx, contracts)
@@ -68,15 +74,31 @@ def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_re
             if not ok and span not in a.uncertified:
                 a.uncertified.append(span)
                 a.notes.append(f"{span.path}:{span.line}: trip counts above {caps.get(id(loop), 8)} not covered: {why}")
-    results: list[CheckResult] = [CheckResult("symbolic-execution", VERIFIED, explore_s)]
+    results: list[CheckResult] = []
     for mod in checks.ALL:
         t = time.perf_counter()
         out = mod.run(a)
         dt = (time.perf_counter() - t) / max(1, len(out))
         for code, res in out.items():
-            status, findings = res[0], res[1]
-            if status == VERIFIED and a.uncertified:
-                status = UNKNOWN
+            status, findings = res[0], list(res[1])
+            # a site in scope the executor could not turn into an obligation: unknown, never verified
+            seen = set()
+            for u in (u for tr in traces for u in tr.unknowns if u.check == code):
+                if (u.span, u.reason) not in seen:
+                    seen.add((u.span, u.reason))
+                    findings.append(Finding(code, UNKNOWN, f"not proved: {u.reason}", u.span, invariant=CHECKS[code]))
+                    status = UNKNOWN if status == VERIFIED else status
+            if code not in TRACE_FREE:
+                # a verdict about the explored paths only holds if they cover every execution
+                if blocked is not None and status == VERIFIED:
+                    status = UNKNOWN
+                    findings.append(Finding(code, UNKNOWN, blocked[0], blocked[1], invariant=CHECKS[code]))
+                elif a.uncertified and status == VERIFIED:
+                    status = UNKNOWN
+                    for span in a.uncertified:
+                        why = next((n.split(": ", 1)[1] for n in a.notes if n.startswith(f"{span.path}:{span.line}:")),
+                                   "trip counts above the explored ones are not covered")
+                        findings.append(Finding(code, UNKNOWN, f"not proved: {why}", span, invariant=CHECKS[code]))
             # a module that times its checks separately says so; else its time is shared equally
             results.append(CheckResult(code, status, res[2] if len(res) > 2 else dt, findings))
     if do_replay:
@@ -84,6 +106,5 @@ def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_re
             for f in r.findings:
                 if f.status == VIOLATED:
                     f.replay = replay(kernel, defines, f)
-    results[0].findings = []
-    notes = a.notes + [f"{len(traces)} path(s) explored"]
-    return Report(kernel.name, kernel.path, results[1:], notes + [f"symbolic execution: {explore_s:.2f} s"])
+    notes = a.notes + ([f"{len(traces)} path(s) explored"] if blocked is None or traces else [])
+    return Report(kernel.name, kernel.path, results, notes + [f"symbolic execution: {explore_s:.2f} s"])

@@ -54,7 +54,7 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
         acc = sorted(trace.accesses, key=lambda x: x.pos)
         for i, x in enumerate(acc):
             for y in acc[i + 1:]:
-                if x.view.base != y.view.base or (x.kind == "read" and y.kind == "read"):
+                if x.view.base != y.view.base or (x.kind == "read" and y.kind == "read") or x.exempt or y.exempt:
                     continue
                 if x.thread is MULTI and y.thread is MULTI and x.kind == y.kind == "write":
                     pass
