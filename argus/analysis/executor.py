@@ -17,15 +17,16 @@ from dataclasses import dataclass, field
 import z3
 
 from argus.analysis import terms as T
-from argus.analysis.ring import DryAbort, RingRules, ring_plan, ring_step_loops
+from argus.analysis.periodicity import loop_shapes
+from argus.analysis.ring import DryAbort, RingRules, ring_plan
 from argus.analysis.symbolic import Context, Evaluator, Unsupported, as_int, simplify_int, solver, to_bool
 from argus.analysis.tiles import TileRules
 from argus.analysis.trace import Access, Obligation, Record, StoreEvent, Trace, Unknown, View
 from argus.analysis.values import UNWRITTEN, ElemTags, SymTile, lookup, memo, merge_if
 from argus.dsl.diagnostics import Span
-from argus.dsl.types import TileT
+from argus.dsl.types import ScalarT, TileT
 from argus.ir import nodes as ir
-from argus.ir.threads import MULTI, copy_thread
+from argus.ir.threads import MULTI, Holders, copy_thread
 from argus.ir.transform import role_groups, walk
 
 MAX_PATHS = 96
@@ -89,6 +90,7 @@ class Executor(TileRules, RingRules):
         self.tile_vars: list = []  # (t, loop, first tile b, stride G, count T) of persistent loops met
         self.barrier_allocs: dict[str, ir.AllocBarrier] = {}
         self.dry = False  # a symbolic ring step: decisions that would fork the path abort it
+        self.reading_layout: ir.RegLayout | None = None  # the layout of the tile being computed
         ctx.on_load = self._on_scalar_load
         self.axis_names = {d for t in kernel.tensors for d in t.dims if isinstance(d, str)}
 
@@ -165,6 +167,8 @@ class Executor(TileRules, RingRules):
             raise Unsupported(f"no feasible {what}", span)
         choice = self._decide(values) if len(values) > 1 else values[0]
         self.path.append(v == choice)
+        if cap is not None:
+            self.trace.trip_constraints.append(self.path[-1])
         return choice
 
     # ---- running ----
@@ -238,7 +242,11 @@ class Executor(TileRules, RingRules):
     def exec_stmt(self, s: ir.Stmt) -> Iterator[None]:
         self.pos += 1
         if isinstance(s, ir.Let):
-            self.agent.env[s.name] = self.value(s.value)
+            self.reading_layout = s.layout  # shared memory read into this tile is read in its layout
+            try:
+                self.agent.env[s.name] = self.value(s.value)
+            finally:
+                self.reading_layout = None
             if isinstance(s.value, ir.Load) and not isinstance(s.value.type, TileT):
                 # a scalar read from a tensor keeps its origin (tensor and coordinates) as tags
                 self.agent.env[f"{s.name}#tags"] = self.scalar_load_tags(s.value)
@@ -292,7 +300,8 @@ class Executor(TileRules, RingRules):
             self.steps.pop(s.var, None)
         elif isinstance(s, ir.If):
             c = self.scalar(s.cond)
-            yield from self.exec_block(s.then if self.decide(c, s.span) else s.orelse)
+            if not self.merge_scalar_if(s, c):
+                yield from self.exec_block(s.then if self.decide(c, s.span) else s.orelse)
         elif isinstance(s, ir.AssertTag):
             self.assert_tag(s)
         elif self.ring is not None and isinstance(s, (ir.Arrive, ir.ExpectTx, ir.WaitBarrier)):
@@ -315,6 +324,33 @@ class Executor(TileRules, RingRules):
             raise Unsupported("pipeline loop was not expanded", s.span)
         else:
             raise Unsupported(f"{type(s).__name__}", s.span)
+
+    def merge_scalar_if(self, s: ir.If, c) -> bool:
+        """An `if` whose branches only assign integer scalars is a select, not a fork: `off = off + 64`
+        under seven conditions is one path, not 128."""
+        cb = to_bool(c)
+        if isinstance(cb, bool) or z3.is_true(z3.simplify(cb)) or z3.is_false(z3.simplify(cb)):
+            return False
+        branches = (s.then, s.orelse)
+        if not all(isinstance(x, ir.Let) and isinstance(x.value.type, ScalarT) and not x.value.type.dtype.is_float
+                   and not any(isinstance(y, ir.Load) for y in walk(x.value)) for b in branches for x in b):
+            return False
+        env = self.agent.env
+        results = []
+        for branch in branches:
+            local = dict(env)
+            for x in branch:
+                local[x.name] = Evaluator(self.ctx, local).scalar(x.value)
+            results.append(local)
+        for name in {x.name for b in branches for x in b}:
+            a, b = results[0].get(name), results[1].get(name)
+            if a is None or b is None:
+                return False  # defined on one side only: leave it to a fork
+            env[name] = a if (isinstance(a, int) and isinstance(b, int) and a == b) else \
+                z3.If(cb, as_int(a) if not isinstance(a, bool) else z3.BoolVal(a), as_int(b) if not isinstance(b, bool)
+                      else z3.BoolVal(b))
+            env.pop(f"{name}#tags", None)
+        return True
 
     # ---- persistent tile loops ----
     def exec_persistent(self, s: ir.For) -> Iterator[None]:
@@ -505,7 +541,8 @@ class Executor(TileRules, RingRules):
                 f"{v.describe()} is read while an async copy into it is still in flight",
                 bad, self.idx_domain(idx, v.shape), self.idx_vars(idx, "element"), self.step_snapshot(),
                 extra={"copy_span": first.span, "copy_step": first.step, "buffer": v.base, "view": v}))
-        thread = MULTI if multi else self.copy_threads(v)
+        thread = MULTI if multi else holders(self.reading_layout, v, False) if self.reading_layout is not None \
+            else self.copy_threads(v)
         if self.in_ring(v):
             self.ring_read(v, span)
         self.trace.accesses.append(Access("read", v, thread, pos, self.agent.epoch, self.agent.name,
@@ -535,7 +572,10 @@ class Executor(TileRules, RingRules):
             tile = self.value(s.src)
             tags = tile.tags
         a = self.agent
-        rec = Record(len(self.trace.records), dst, tags, self.copy_threads(dst), s.mode, s.span, self.pos,
+        # a register tile is written by the threads that hold it (its layout), not as a tile copy
+        writer = holders(s.layout, dst, True) if not isinstance(s.src, ir.Ref) and s.layout is not None \
+            else self.copy_threads(dst)
+        rec = Record(len(self.trace.records), dst, tags, writer, s.mode, s.span, self.pos,
                      a.epoch, a.name, dict(a.vc), self.step_snapshot())
         self.trace.records.append(rec)
         if s.mode == "sync":
@@ -592,7 +632,11 @@ class Executor(TileRules, RingRules):
         keep = self.store_mask(s, v.shape)
         if keep is not None:
             v.keep = keep
-        value = self.value(s.value)
+        self.reading_layout = s.layout
+        try:
+            value = self.value(s.value)
+        finally:
+            self.reading_layout = None
         if not isinstance(value, SymTile):  # a scalar broadcast over the tile
             tags = self._operands((s.value,))[0].tags
             value = SymTile(v.shape, lambda idx, f=tags: f(()))
@@ -675,6 +719,12 @@ class Executor(TileRules, RingRules):
         return self.scalar(e)
 
 
+def holders(layout: ir.RegLayout, view: View, owner_only: bool) -> Holders:
+    from argus.ir.passes.layouts import fragment_of
+
+    return Holders(fragment_of(layout), len(view.shape) == 1, owner_only)
+
+
 def _contains_region(a: View, b: View) -> bool:
     """Does record view `a` cover every element of view `b` (concrete starts; transposition is only
     the order of the indices)?"""
@@ -696,49 +746,9 @@ def _bool(v):
     return z3.BoolVal(v) if isinstance(v, bool) else v
 
 
-def _divisors_product(e) -> int:
-    p = 1
-    for sub in walk(e):
-        if isinstance(sub, ir.Bin) and sub.op == "//" and isinstance(sub.b, ir.Const) and isinstance(sub.b.value, int):
-            p *= max(1, sub.b.value)
-    return p
-
-
-def loop_periods(kernel: ir.Kernel) -> dict[int, int]:
-    """Trip-count cap per loop: 2 * period + 2. The period is the lcm over the loop body's `x % c` of
-    c times the divisors of any `//` inside x: (k // 2) % 2 repeats every 4 steps."""
-    caps: dict[int, int] = {}
-    ring = ring_step_loops(kernel)
-    for node in walk(kernel.body):
-        if isinstance(node, ir.For):
-            period = 1
-            skip = ring.get(id(node), frozenset())
-            # a ring's stage and parity arithmetic is proved for every step by its protocol obligations
-            body = tuple(s for s in node.body if not (isinstance(s, ir.Let) and s.name in skip)) if skip \
-                else node.body
-            ring_uses = {id(x) for s in walk(body) for x in _ring_positions(s)} if id(node) in ring else set()
-            for sub in walk(body):
-                if id(sub) in ring_uses:
-                    continue
-                if isinstance(sub, ir.Bin) and sub.op == "%" and isinstance(sub.b, ir.Const) \
-                        and isinstance(sub.b.value, int) and sub.b.value > 0:
-                    period = math.lcm(period, sub.b.value * _divisors_product(sub.a))
-            caps[id(node)] = 2 * period + 2
-    return caps
-
-
-def _ring_positions(s) -> list:
-    """Expressions of a statement that only position a ring (barrier index, parity)."""
-    if isinstance(s, ir.WaitBarrier):
-        return [x for x in walk(s.phase)] + ([x for x in walk(s.barrier.index)] if s.barrier.index else [])
-    if isinstance(s, (ir.Arrive, ir.ExpectTx)) and s.barrier.index is not None:
-        return list(walk(s.barrier.index))
-    return []
-
-
 def explore(kernel: ir.Kernel, defines: dict[str, object]) -> tuple[list[Trace], list[Context], list[str]]:
     """Every path (up to MAX_PATHS) of the kernel for one symbolic block: traces, their contexts, notes."""
-    caps = loop_periods(kernel)
+    caps = {k: v.cap for k, v in loop_shapes(kernel).items()}
     todo: list[list] = [[]]
     traces: list[Trace] = []
     contexts: list[Context] = []

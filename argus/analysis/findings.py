@@ -30,7 +30,8 @@ CHECKS = {
     "output-unwritten": "every output element is written",
     "output-written-twice": "no output element is written twice",
     "mma-layout": "mma operands are laid out as the instruction's fragments / descriptors require",
-    "swizzle-bijective": "each swizzled buffer's address map is a bijection onto the buffer",
+    "swizzle-bijective": "each shared buffer's address map (swizzle or layout) is one-to-one inside its "
+                         "allocation",
     "misaligned-copy": "vector and bulk (TMA) copies meet their alignment requirements",
     "deadlock": "every mbarrier wait is eventually satisfied",
 }

@@ -224,8 +224,8 @@ class ReferenceContract:
         deps = Dependencies(cvars)
         base = domain + [written] + self.lemmas(ctx, ref)
         sums = top_sums(ref)
-        index_tensors = {t for r in sums for t, _p, _v in index_atoms(r)}
-        masked = {t for r in sums if _masked(r.body) for t, _p, _v in index_atoms(r)}
+        index_tensors = {t for r in sums for t in summed_tensors(r)}
+        masked = {t for r in sums if _masked(r.body) for t in summed_tensors(r)}
         for tensor in sorted(got | want, key=str):
             allpos = frozenset(range(self.rank(tensor)))
             pos = store_positions(ref, tensor, coords) if tensor in want and tensor in got else frozenset()
@@ -277,7 +277,8 @@ class ReferenceContract:
                     code, st.span, f"the stored {self.output} element depends on {what} elements its reference "
                     "does not use" if tensor != UNWRITTEN else
                     f"the stored {self.output} element reads shared memory that no copy wrote",
-                    T.zb(bad), base, {**names, **shown}, st.step, extra={"kind": "extra", "tensor": tensor},
+                    T.zb(bad), base, {**names, **shown}, st.step,
+                    extra={"kind": "extra", "tensor": tensor, "exact": T.zb(T.b_and(k_exact, T.b_not(r_exact)))},
                     refine=_refiner(T.zb(r_exact), c, positions)))
         if r_exact is not False and not extra_only:
             bad = T.b_and(r_exact, T.b_not(deps.under(ker, tensor, positions, free_coords(ref, tensor))))
@@ -285,7 +286,8 @@ class ReferenceContract:
                 trace.obligations.append(Obligation(
                     code, st.span, f"the stored {self.output} element misses {what} elements its reference "
                     "uses (never read, or masked where the reference keeps them)",
-                    T.zb(bad), base, {**names, **shown}, st.step, extra={"kind": "missing", "tensor": tensor},
+                    T.zb(bad), base, {**names, **shown}, st.step,
+                    extra={"kind": "missing", "tensor": tensor, "exact": T.zb(T.b_and(r_exact, T.b_not(k_exact)))},
                     refine=_refiner(T.zb(k_exact), c, positions)))
 
     def _multiplicity(self, trace, st, ker, sums, base, names) -> None:
@@ -295,46 +297,49 @@ class ReferenceContract:
             chains = T.sum_chains(ker, top_only=True)
         except T.OpaqueTerm:
             return
-        members = [m for entries in chains.values() for m in flatten_chain(entries)]
-        for r in sums:
-            keys = index_atoms(r)
-            if not keys:
-                continue
-            tensors = {t for t, _p, _v in keys}
-            matched = []
-            for m in members:
-                hit = direct_index(m, tensors)
-                if hit is not None:
-                    matched.append((m, hit))
-            if len(matched) < 1:
-                continue
-            x = [z3.Int(f"twice{self.count}_{n}") for n in range(len(keys))]
-            pairs = []
-            for a in range(len(matched)):
-                for b in range(a, len(matched)):
-                    pa = _member_at(matched[a], keys, x, "a")
-                    pb = _member_at(matched[b], keys, x, "b")
-                    if pa is None or pb is None:
-                        trace.unknowns.append(Unknown("accumulation-coverage", st.span, "a summed coordinate is not "
-                                                      "an affine function of the kernel's tile index"))
-                        return
-                    ga, va = pa
-                    gb, vb = pb
-                    if a == b:
-                        if not va:
-                            continue  # one member without an index: once
-                        distinct = z3.Or(*[p != q for p, q in zip(va, vb)])
-                        pairs.append(z3.And(ga, gb, distinct))
-                    else:
-                        pairs.append(z3.And(ga, gb))
-            if not pairs:
-                continue
-            label = ", ".join(f"{t}[{p}]" for t, p, _v in keys)
-            trace.obligations.append(Obligation(
-                "accumulation-coverage", st.span,
-                f"the stored {self.output} element sums some {label} coordinates more than once",
-                z3.Or(*pairs), base, {**names, **{f"{t}[{p}]": xv for (t, p, _v), xv in zip(keys, x)}}, st.step,
-                extra={"kind": "twice"}))
+        # accumulators added together (split accumulators acc0 + acc1) share one reference sum; others
+        # (a numerator and its denominator) are summed separately
+        for group in chain_groups(ker, chains):
+            members = [m for cid in group for m in flatten_chain(chains[cid])]
+            for r in sums:
+                keys = index_atoms(r)
+                if not keys:
+                    continue
+                tensors = {t for t, _p, _v in keys}
+                matched = []
+                for m in members:
+                    hit = direct_index(m, tensors)
+                    if hit is not None:
+                        matched.append((m, hit))
+                if len(matched) < 1:
+                    continue
+                x = [z3.Int(f"twice{self.count}_{n}") for n in range(len(keys))]
+                pairs = []
+                for a in range(len(matched)):
+                    for b in range(a, len(matched)):
+                        pa = _member_at(matched[a], keys, x, "a")
+                        pb = _member_at(matched[b], keys, x, "b")
+                        if pa is None or pb is None:
+                            trace.unknowns.append(Unknown("accumulation-coverage", st.span, "a summed coordinate "
+                                                          "is not an affine function of the kernel's tile index"))
+                            return
+                        ga, va = pa
+                        gb, vb = pb
+                        if a == b:
+                            if not va:
+                                continue  # one member without an index: once
+                            distinct = z3.Or(*[p != q for p, q in zip(va, vb)])
+                            pairs.append(z3.And(ga, gb, distinct))
+                        else:
+                            pairs.append(z3.And(ga, gb))
+                if not pairs:
+                    continue
+                label = ", ".join(f"{t}[{p}]" for t, p, _v in keys)
+                trace.obligations.append(Obligation(
+                    "accumulation-coverage", st.span,
+                    f"the stored {self.output} element sums some {label} coordinates more than once",
+                    z3.Or(*pairs), base, {**names, **{f"{t}[{p}]": xv for (t, p, _v), xv in zip(keys, x)}}, st.step,
+                    extra={"kind": "twice"}))
 
 
 def free_coords(t: T.Term, tensor: str, limit: int = 16) -> tuple:
@@ -353,6 +358,53 @@ def free_coords(t: T.Term, tensor: str, limit: int = 16) -> tuple:
         if len(out) >= limit:
             break
     return tuple(out)
+
+
+
+
+
+
+def chain_groups(t: T.Term, chains: dict) -> list[list]:
+    """Chains whose accumulators are summands of one another's sum (union over `+` nodes)."""
+    parent = {c: c for c in chains}
+
+    def find(c):
+        while parent[c] != c:
+            parent[c] = parent[parent[c]]
+            c = parent[c]
+        return c
+
+    def roots(x, seen) -> set:
+        if id(x) in seen:
+            return set()
+        seen.add(id(x))
+        if isinstance(x, T.Red) and x.chain in chains:
+            return {x.chain}
+        if isinstance(x, T.Op) and x.fn in ("+", "-", "*"):
+            return set().union(*(roots(a, seen) for a in x.args))
+        return set()
+
+    todo, seen = [t], set()
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, T.Op):
+            if x.fn in ("+", "-"):
+                rs = [roots(a, set()) for a in x.args]
+                flat = [c for r in rs for c in r]
+                for c in flat[1:]:
+                    parent[find(c)] = find(flat[0])
+            todo.extend(x.args)
+        elif isinstance(x, T.Sel):
+            todo.extend((x.a, x.b))
+        elif isinstance(x, T.Red):
+            todo.append(x.body)
+    groups: dict = {}
+    for c in chains:
+        groups.setdefault(find(c), []).append(c)
+    return list(groups.values())
 
 
 def _refiner(exact_other, c, positions):
@@ -452,6 +504,25 @@ def index_atoms(r: T.Red) -> list[tuple[str, int, object]]:
     return [found[n] for n in names if n in found]
 
 
+def summed_tensors(r: T.Red) -> set[str]:
+    """Tensors read by r's body (outside nested reductions) at a coordinate that moves with r's index."""
+    names = {v.decl().name() for v in r.vars}
+    out, todo, seen = set(), [r.body], set()
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, T.Atom):
+            if any(T.mentions(c, names) for c in x.coords):
+                out.add(x.tensor)
+        elif isinstance(x, T.Op):
+            todo.extend(x.args)
+        elif isinstance(x, T.Sel):
+            todo.extend((x.a, x.b))
+    return out
+
+
 def store_positions(ref: T.Term, tensor: str, coords: tuple) -> frozenset:
     """Positions of `tensor` whose coordinate is exactly one of the output coordinates in every
     reference atom of it (C[i, j] from A[i, :] and B[:, j]): where a wrong store location shows."""
@@ -480,8 +551,11 @@ def flatten_chain(entries: list[T.Red]) -> list[T.Red]:
 
 
 def direct_index(m: T.Red, tensors: set[str]):
-    """The atoms of `tensors` in member m's body outside nested reductions, or None if there are none."""
-    atoms = {}
+    """The atoms of `tensors` that identify member m of a sum: in m's body outside nested reductions
+    and running maxima (a later step's normaliser reads earlier steps' inputs), preferring atoms whose
+    coordinates move with m's own variables. None if a tensor has none."""
+    names = {v.decl().name() for v in m.vars}
+    atoms: dict = {}
     todo, seen = [m.body], set()
     while todo:
         x = todo.pop()
@@ -489,12 +563,15 @@ def direct_index(m: T.Red, tensors: set[str]):
             continue
         seen.add(id(x))
         if isinstance(x, T.Atom) and x.tensor in tensors:
-            atoms.setdefault(x.tensor, x)
-        elif isinstance(x, T.Op):
+            moves = bool(names) and any(T.mentions(c, names) for c in x.coords)
+            prev = atoms.get(x.tensor)
+            if prev is None or (moves and not prev[1]):
+                atoms[x.tensor] = (x, moves)
+        elif isinstance(x, T.Op) and x.fn not in ("max", "min"):
             todo.extend(x.args)
         elif isinstance(x, T.Sel):
             todo.extend((x.a, x.b))
-    return atoms if set(atoms) == tensors else None
+    return {t: a for t, (a, _moves) in atoms.items()} if set(atoms) == tensors else None
 
 
 def _member_at(matched, keys, x, tag):

@@ -213,10 +213,11 @@ class ReferenceTerms:
             return Arr((), lambda idx: T.VALUE)
         if isinstance(v, (bool, int, float)) or isinstance(v, z3.ExprRef):
             lit = T.lit_for(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else T.VALUE
-            value = (lambda idx, v=v: v) if (isinstance(v, (bool, int)) or
-                                             (isinstance(v, z3.ExprRef) and (z3.is_int(v) or z3.is_bool(v)))) \
-                else None
-            return Arr((), lambda idx: lit, value)
+            # a constant compared with position-computed values (in_split > 0.5) keeps them a mask
+            known = (isinstance(v, float) and math.isfinite(v)) or isinstance(v, (bool, int)) or \
+                (isinstance(v, z3.ExprRef) and (z3.is_int(v) or z3.is_bool(v)))
+            const = z3.RealVal(v) if isinstance(v, float) and known else v
+            return Arr((), lambda idx: lit, (lambda idx: const) if known else None)
         raise NotAnalysable(f"{type(v).__name__} where an array was expected")
 
     def broadcast(self, arrs: list[Arr]) -> tuple:
@@ -597,8 +598,15 @@ class ReferenceTerms:
     def fn_take_along_axis(self, *args, span=None, **kw):
         raise NotAnalysable("take_along_axis with computed indices", span)
 
-    def fn_one_hot(self, *args, span=None, **kw):
-        raise NotAnalysable("one_hot of computed indices", span)
+    def fn_one_hot(self, idx, n, span=None):
+        """one_hot(idx, n)[..., j] = (idx[...] == j): a mask when idx is computed from positions."""
+        a = self.arr(idx)
+        if a.value is None:
+            raise NotAnalysable("one_hot of indices computed from data", span)
+
+        def elem(ix):
+            return T.sel(as_int(a.value(tuple(ix[:-1]))) == as_int(ix[-1]), T.VALUE, T.ZERO)
+        return Arr(a.shape + (n,), elem, lambda ix: z3.If(as_int(a.value(tuple(ix[:-1]))) == as_int(ix[-1]), 1, 0))
 
 
 def _plain(v) -> bool:

@@ -48,6 +48,18 @@ def _emphasise(kernel: ir.Kernel, arrays: dict[str, np.ndarray], values: dict[st
                 a[tuple(idx)] *= factor
 
 
+def _stop_confirms(f: Finding, code: str) -> bool:
+    """Does the interpreter stopping with `code` confirm finding f? A broken producer/consumer ring
+    protocol stops the interpreter's role schedule (every role waiting) whatever the GPU would do first:
+    read a stage early, overwrite one, or hang."""
+    if f.check.startswith("oob"):
+        return code == "out-of-bounds"
+    if f.check == "deadlock":
+        return code == "deadlock"
+    ring = f.counterexample is not None and "ring position q" in f.counterexample.values
+    return ring and code == "deadlock"
+
+
 def replay(kernel: ir.Kernel, defines: dict[str, object], f: Finding, seed: int = 0) -> Replay:
     if f.replay is not None:
         return f.replay
@@ -89,8 +101,7 @@ def _replay_once(kernel: ir.Kernel, dims: dict, scalars: dict, f: Finding, cx, s
         hazards = execute(kernel, arrays, dims, scalars, observe_hazards=True)
     except ArgusError as exc:
         d = exc.diagnostics[0]
-        ok = (f.check.startswith("oob") and d.code == "out-of-bounds") or \
-            (f.check == "deadlock" and d.code == "deadlock")
+        ok = _stop_confirms(f, d.code)
         where = f" ({d.notes[0]})" if d.notes else ""
         if ok:
             return Replay(True, f"interpreter stopped: {d.message}{where}")
@@ -151,8 +162,7 @@ def _replay_routed(kernel: ir.Kernel, defines: dict[str, object], f: Finding, se
             hazards = execute(kernel, arrays, dims, scalars, blocks=order, observe_hazards=True)
         except ArgusError as exc:
             d = exc.diagnostics[0]
-            ok = (f.check.startswith("oob") and d.code == "out-of-bounds") or \
-                (f.check == "deadlock" and d.code == "deadlock")
+            ok = _stop_confirms(f, d.code)
             note = f" ({d.notes[0]})" if d.notes else ""
             return Replay(ok, ("interpreter stopped: " if ok else "blocked: the interpreter stopped earlier: ")
                           + f"{d.message}{note} [{where}]")

@@ -458,3 +458,12 @@ def ring_only_lets(body: tuple[ir.Stmt, ...], buffers: frozenset[str]) -> frozen
                         used_elsewhere.add(x.name)
                         changed = True
     return frozenset(n for n in lets if n not in used_elsewhere)
+
+
+def ring_positions(s) -> list:
+    """Sub-expressions of a statement that only position a ring (a barrier index, a wait's parity)."""
+    if isinstance(s, ir.WaitBarrier):
+        return list(walk(s.phase)) + (list(walk(s.barrier.index)) if s.barrier.index is not None else [])
+    if isinstance(s, (ir.Arrive, ir.ExpectTx)) and s.barrier.index is not None:
+        return list(walk(s.barrier.index))
+    return []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import z3
 
 from argus.analysis.findings import UNKNOWN, VERIFIED, VIOLATED, Counterexample
-from argus.analysis.solving import nonlinear_check
+from argus.analysis.solving import check_split, nonlinear_check
 from argus.analysis.symbolic import Context, solver
 from argus.analysis.trace import Obligation, Trace
 
@@ -25,7 +25,7 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
         s = solver(timeout_ms)
         s.add(*trace.constraints)
         s.add(z3.Or(*[z3.And(*ob.domain, ob.bad) for ob in plain]))
-        r = s.check()
+        r = check_split(s)
         if r == z3.sat:
             m = s.model()
             hit = next((ob for ob in plain if z3.is_true(m.eval(z3.And(*ob.domain, ob.bad), model_completion=True))),
@@ -46,23 +46,34 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
             continue
         s = solver(timeout_ms)
         s.add(*trace.constraints, *ob.domain, ob.bad)
+        settled = False
         for _ in range(refinements + 1):
-            r = s.check()
+            r = check_split(s)
             if r == z3.unsat:
+                settled = True
                 break
             if r == z3.unknown:
-                status = UNKNOWN
                 break
             m = s.model()
             block = ob.refine(m)
             if block is None:
                 return VIOLATED, ob, m
             if block is False:
-                status = UNKNOWN
                 break
             s.add(block)
-        else:
-            status = UNKNOWN
+        if settled:
+            continue
+        # the approximation keeps finding spurious models: ask the exact (quantified) question
+        exact = ob.extra.get("exact")
+        if exact is not None:
+            s = solver(timeout_ms)
+            s.add(*trace.constraints, *ob.domain, exact)
+            r = s.check()
+            if r == z3.unsat:
+                continue
+            if r == z3.sat and ob.refine(s.model()) is None:
+                return VIOLATED, ob, s.model()
+        status = UNKNOWN
     return status, None, None
 
 

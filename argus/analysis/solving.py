@@ -12,6 +12,8 @@ satisfies the equations, so a wrong candidate can only make a check fail to prov
 
 from __future__ import annotations
 
+import math
+
 import z3
 
 from argus.analysis.terms import zi
@@ -209,3 +211,49 @@ def nonlinear_check(formulas: list, prefer: list | None = None, timeout_ms: int 
         if r == z3.unsat:
             return r, None
     return z3.unknown, None
+
+
+def _moduli(formulas) -> dict:
+    """x -> lcm of the numeral divisors it is divided / reduced by, over every `x div c` / `x mod c`."""
+    out: dict = {}
+    todo, seen = list(formulas), set()
+    while todo:
+        e = todo.pop()
+        if not isinstance(e, z3.ExprRef) or e.get_id() in seen:
+            continue
+        seen.add(e.get_id())
+        if z3.is_app(e) and e.decl().kind() in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and z3.is_int_value(e.arg(1)):
+            x, c = e.arg(0), e.arg(1).as_long()
+            if c > 1 and z3.is_const(x):
+                key = x.get_id()
+                prev = out.get(key, (x, 1))[1]
+                out[key] = (x, math.lcm(prev, c))
+        if z3.is_quantifier(e):
+            todo.append(e.body())
+        else:
+            todo.extend(e.children())
+    return out
+
+
+def check_split(s: z3.Solver, assumptions: list | None = None, limit: int = 256) -> z3.CheckSatResult:
+    """s.check(); on unknown, split on the residue of a variable modulo the lcm of the constants it is
+    divided by (bit tests of a dim: (M // 4) % 2), one query per residue. Returns sat (s holds the
+    model's assertions: call s.model()), unsat or unknown."""
+    assumptions = assumptions or []
+    mods = [(x, L) for x, L in _moduli(s.assertions()).values() if L <= limit]
+    if mods:
+        s.set("timeout", 1500)  # bit tests of a dim are slow for the solver and fast per residue
+    r = s.check(*assumptions)
+    if r != z3.unknown or not mods:
+        return r
+    x, L = max(mods, key=lambda p: p[1])
+    s.set("timeout", 2000)
+    result = z3.unsat
+    for res in range(L):
+        r = s.check(*assumptions, x % L == res)
+        if r == z3.sat:
+            s.add(x % L == res)
+            return s.check(*assumptions)
+        if r == z3.unknown:
+            result = z3.unknown
+    return result

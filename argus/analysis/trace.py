@@ -150,6 +150,7 @@ class Trace:
     bulk_copies: list = field(default_factory=list)  # (Copy stmt, View src)
     mmas: list = field(default_factory=list)  # (Mma node, operand info)
     truncated: list = field(default_factory=list)  # spans of loops whose trip count was capped
+    trip_constraints: list = field(default_factory=list)  # the path's choices of loop trip counts
     unknowns: list[Unknown] = field(default_factory=list)
     tiles: list = field(default_factory=list)  # persistent loops: (tile variable, loop, first tile, stride, count)
     deadlock: Span | None = None

@@ -26,6 +26,7 @@ from argus.analysis.checks.coverage_data import data_coverage, data_dependent
 from argus.analysis.checks.coverage_tiles import tile_coverage
 from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
 from argus.analysis.solve import counterexample, value
+from argus.analysis.solving import check_split
 from argus.analysis.symbolic import SOLVER_TIMEOUT_MS, as_int, solver
 from argus.analysis.trace import Obligation, View
 
@@ -55,7 +56,7 @@ class Coverage:
         small = [d <= 512 for d in ctx.dims.values()]
         r = s.check(*small)
         if r != z3.sat:
-            r = s.check()
+            r = check_split(s)
         if r == z3.unsat:
             return
         if r == z3.unknown:
@@ -103,7 +104,11 @@ def block_coverage(cov: Coverage, a: Analysis, live, out: str) -> None:
     groups: dict[tuple, tuple[list, list]] = {}
     for trace, _ctx in live:
         stores = [s for s in trace.stores if s.view.base == out]
-        groups.setdefault(signature(stores), (stores, []))[1].append(trace.constraints)
+        # which path a block takes: its decisions, not the loop trip counts (explored up to a cap and
+        # certified periodic beyond it, so they do not restrict which blocks store)
+        trips = {x.get_id() for x in trace.trip_constraints}
+        path = [x for x in trace.constraints if not (isinstance(x, z3.ExprRef) and x.get_id() in trips)]
+        groups.setdefault(signature(stores), (stores, []))[1].append(path)
     # one group: every path makes the same stores, so which path a block takes does not matter
     single = len(groups) == 1
 

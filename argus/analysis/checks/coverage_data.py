@@ -61,7 +61,9 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
     def facts(blk, stores_for_local) -> list:
         sub = list(zip(ctx.block, blk))
         out_f = [z3.substitute(x, *sub) for x in per_block]
-        vals = list(c)
+        # the contract at the element's coordinates, at its position in the block's tile, and at the
+        # block's own index (a schedule contract over tiles: tile_expert[u] == row_expert[tile_row[u]])
+        vals = list(c) + [b for b in blk if not (z3.is_int_value(b) and b.as_long() == 0)]
         for st in stores_for_local:
             starts = [z3.substitute(as_int(x), *sub) for x in st.view.starts]
             vals += [c[ax] - s0 for ax, (s0, e) in enumerate(zip(starts, st.view.extents)) if e is not None]

@@ -19,7 +19,9 @@ def run(a: Analysis) -> dict[str, tuple]:
     # Longer paths first: a counterexample a few steps into a loop shows its effect on the output
     # (a wrong rescale is invisible with a single kv block), which is what replay needs.
     order = sorted(zip(a.traces, a.contexts), key=lambda tc: -len(tc[0].records))
-    for code in CODES:
+    # other checks' codes may carry obligations too (a ring's protocol: deadlock, async-overwrite)
+    extra = sorted({o.check for tr in a.traces for o in tr.obligations} - set(CODES))
+    for code in CODES + extra:
         t0 = time.perf_counter()
         status, findings, seen = VERIFIED, [], set()
         for trace, ctx in order:
