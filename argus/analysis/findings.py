@@ -94,6 +94,8 @@ class Report:
     path: str
     results: list[CheckResult]
     notes: list[str] = field(default_factory=list)
+    # the numeric tier (argus.analysis.numeric.NumericTier): tested at small shapes, not proved
+    tested: object = None
 
     @property
     def findings(self) -> list[Finding]:
@@ -103,6 +105,8 @@ class Report:
     def status(self) -> str:
         if any(r.status == VIOLATED for r in self.results):
             return VIOLATED
+        if self.tested is not None and self.tested.shapes and not self.tested.ok:
+            return VIOLATED
         if any(r.status == UNKNOWN for r in self.results):
             return UNKNOWN
         return VERIFIED
@@ -111,4 +115,5 @@ class Report:
         return {"kernel": self.kernel, "file": self.path, "status": self.status, "notes": self.notes,
                 "checks": [{"check": r.check, "status": r.status, "seconds": round(r.seconds, 4)}
                            for r in self.results],
-                "findings": [f.to_json() for f in self.findings]}
+                "findings": [f.to_json() for f in self.findings],
+                "tested": self.tested.to_json() if self.tested is not None else None}

@@ -237,6 +237,13 @@ class ReferenceContract:
                 code = "uninitialized-read"
             elif tensor in index_tensors and tensor not in masked:
                 code = "accumulation-coverage"
+                # a wrong coordinate off the summed axis (another expert's weights, another head) is a
+                # data-flow error, not a coverage one: compare those positions on their own first
+                summed = summed_positions(ref, tensor)
+                rest = allpos - summed - pos
+                if rest and tensor in want and tensor in got:
+                    self._l1(trace, st, deps, ker, ref, tensor, frozenset(rest), "reference-footprint", base, names,
+                             cvars)
             elif pos == allpos and pos:
                 code = "store-coordinates"
             else:
@@ -290,6 +297,36 @@ class ReferenceContract:
                     extra={"kind": "missing", "tensor": tensor, "exact": T.zb(T.b_and(r_exact, T.b_not(k_exact)))},
                     refine=_refiner(T.zb(k_exact), c, positions)))
 
+    def _pairing(self, trace, st, r: T.Red, keys, matched, base, names) -> None:
+        """Each kernel member sums the product the reference sums at the same index: the inputs a member
+        multiplies (outside nested sums and running maxima) are the reference's at that index, tensor by
+        tensor (a routing weight of top-k slot k with the row of slot k, not of slot k + 1)."""
+        ref_atoms = _direct_atoms(r.body)
+        if not ref_atoms:
+            return
+        bads = []
+        for n, (m, atoms) in enumerate(matched):
+            guard, _vs = _member_at((m, atoms), keys, [z3.Int(f"pair{self.count}_{n}_{i}") for i in range(len(keys))],
+                                    f"pair{n}")
+            ren = [(v, z3.Int(f"{v.decl().name()}_pair{n}")) for v in m.vars]
+            idx = [z3.substitute(as_int(atoms[t].coords[p]), *ren) if ren else as_int(atoms[t].coords[p])
+                   for t, p, _v in keys]
+            at = [(v, i) for (_t, _p, v), i in zip(keys, idx)]
+            mine = [a for a in _direct_atoms(m.body)]
+            for a in mine:
+                same = [b for b in ref_atoms if b.tensor == a.tensor]
+                if not same:
+                    continue
+                ka = [z3.substitute(as_int(c), *ren) if ren else as_int(c) for c in a.coords]
+                differs = [z3.Or(*[x != z3.substitute(as_int(y), *at) for x, y in zip(ka, b.coords)]) for b in same]
+                live = z3.substitute(T.zb(a.inside), *ren) if ren else T.zb(a.inside)
+                bads.append(z3.And(guard, live, *differs))
+        if bads:
+            trace.obligations.append(Obligation(
+                "reference-footprint", st.span,
+                f"a term the stored {self.output} element sums multiplies other inputs than the reference's "
+                "term at the same index", z3.Or(*bads), base, dict(names), st.step, extra={"kind": "pairing"}))
+
     def _multiplicity(self, trace, st, ker, sums, base, names) -> None:
         """Each reference sum over an index the kernel accumulates step by step: no member of the
         reference's sum is summed twice by the kernel (coverage itself is the dependency check)."""
@@ -332,6 +369,7 @@ class ReferenceContract:
                             pairs.append(z3.And(ga, gb, distinct))
                         else:
                             pairs.append(z3.And(ga, gb))
+                self._pairing(trace, st, r, keys, matched, base, names)
                 if not pairs:
                     continue
                 label = ", ".join(f"{t}[{p}]" for t, p, _v in keys)
@@ -405,6 +443,24 @@ def chain_groups(t: T.Term, chains: dict) -> list[list]:
     for c in chains:
         groups.setdefault(find(c), []).append(c)
     return list(groups.values())
+
+
+def _direct_atoms(t: T.Term) -> list[T.Atom]:
+    """Atoms of a sum member's body outside nested reductions and running maxima: what the member is a
+    product of (A[i, k] and B[k, j]; P's key row and V's; a routing weight and its gathered row)."""
+    out, todo, seen = [], [t], set()
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, T.Atom):
+            out.append(x)
+        elif isinstance(x, T.Op) and x.fn not in ("max", "min"):
+            todo.extend(x.args)
+        elif isinstance(x, T.Sel):
+            todo.extend((x.a, x.b))
+    return out
 
 
 def _refiner(exact_other, c, positions):
@@ -502,6 +558,17 @@ def index_atoms(r: T.Red) -> list[tuple[str, int, object]]:
         elif isinstance(x, T.Sel):
             todo.extend((x.a, x.b))
     return [found[n] for n in names if n in found]
+
+
+def summed_positions(ref: T.Term, tensor: str) -> frozenset:
+    """Positions of `tensor` whose coordinate moves with a reduction variable in some reference atom."""
+    from argus.analysis.dependencies import _bound_below
+
+    bound = _bound_below(ref)
+    out = set()
+    for a in _atoms_of(ref, tensor):
+        out |= {p for p, c in enumerate(a.coords) if T.mentions(c, bound)}
+    return frozenset(out)
 
 
 def summed_tensors(r: T.Red) -> set[str]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import z3
 
 from argus.analysis import terms as T
-from argus.analysis.symbolic import Context, as_int
+from argus.analysis.symbolic import Context, as_int, solver
 from argus.dsl import ast
 from argus.ir import nodes as ir
 
@@ -62,8 +62,7 @@ def _same(a, b, facts: list | None = None) -> bool:
         return True
     if facts is None:
         return False
-    s = z3.Solver()
-    s.set("timeout", 2000)
+    s = solver(2000)
     s.add(*facts, as_int(a) != as_int(b))
     return s.check() == z3.unsat
 

@@ -47,7 +47,12 @@ def render_report(r: Report, timings: bool = False) -> str:
     for c in r.results:
         counts[c.status] = counts.get(c.status, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    out.append(f"{r.path}: kernel '{r.kernel}': {r.status} ({len(r.results)} checks: {summary})")
+    tested = ""
+    if r.tested is not None and r.tested.shapes:
+        tested = f"; {'tested' if r.tested.ok else 'FAILED its test'} at {len(r.tested.shapes)} shapes"
+    out.append(f"{r.path}: kernel '{r.kernel}': {r.status} ({len(r.results)} checks: {summary}{tested})")
+    if r.tested is not None and (timings or not r.tested.ok or not r.tested.shapes):
+        out.extend(r.tested.render())
     if timings or r.status == UNKNOWN:
         for n in r.notes:
             out.append(f"  note: {n}")

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from argus.analysis.contract_inputs import data_tensors, solve_contents
 from argus.analysis.findings import Finding, Replay
 from argus.dsl.diagnostics import ArgusError
 from argus.interp.machine import execute
@@ -60,45 +61,113 @@ def _stop_confirms(f: Finding, code: str) -> bool:
     return ring and code == "deadlock"
 
 
-def replay(kernel: ir.Kernel, defines: dict[str, object], f: Finding, seed: int = 0) -> Replay:
+def replay(kernel: ir.Kernel, defines: dict[str, object], f: Finding, seed: int = 0, contexts=None) -> Replay:
+    """Run the counterexample's configuration in the interpreter. Integer inputs (routing metadata,
+    schedules) are built from the kernel's own assumes with the counterexample's values pinned
+    (argus.analysis.contract_inputs), floats are random with the named coordinates emphasised; the grid
+    runs in launch order and in reverse (the GPU may run blocks in any order: an element written by two
+    blocks shows its wrong value in one of the two)."""
     if f.replay is not None:
         return f.replay
     cx = f.counterexample
     if cx is None:
         return Replay(False, "no counterexample to replay")
-    from argus import moe
-
-    if moe.is_moe_kernel(kernel):
-        return _replay_routed(kernel, defines, f, seed)
     # static findings carry no dims: replay them at a small shape that is not a tile multiple
     dims = {d: int(cx.dims.get(d, defines.get(d, 200))) for d in kernel.dims}
     if any(v < 1 for v in dims.values()):
         return Replay(False, f"not replayed: dims {dims} are not all positive")
-    sizes = [math.prod(dims[d] if isinstance(d, str) else d for d in t.dims) for t in kernel.tensors]
-    if sum(sizes) > MAX_ELEMENTS:
-        return Replay(False, f"not replayed: dims {dims} are too large for the interpreter")
+    if _too_large(kernel, dims):
+        # the model's dims are only one witness: the interpreter runs small valid dims instead
+        small = _small_dims(kernel, defines, contexts)
+        if small is None:
+            return Replay(False, f"not replayed: dims {dims} are too large for the interpreter")
+        dims = small
     try:
         scalars = resolve_scalars(kernel, defines)
     except ArgusError as exc:
         return Replay(False, f"not replayed: {exc}")
-    # the emphasised element may push the output either way: try both signs before giving up
     first = None
-    for factor in (64.0, -64.0):
-        got = _replay_once(kernel, dims, scalars, f, cx, seed, factor)
-        if got.confirmed:
-            return got
-        first = first or got
-        if got.summary.startswith(("blocked:", "no reference")):
-            break
+    for dims_i, metadata, note in _inputs(kernel, dims, defines, cx, seed, contexts):
+        # the emphasised element may push the output either way: try both signs before giving up
+        for factor in (64.0, -64.0):
+            blocked = False
+            for reverse in (False, True):
+                got = _replay_once(kernel, dims_i, scalars, f, cx, seed, factor, metadata, reverse)
+                if got.confirmed:
+                    return Replay(True, got.summary + note) if note else got
+                first = first or got
+                blocked = got.summary.startswith(("blocked:", "no reference"))
+                if blocked:
+                    break
+            if blocked:
+                break  # another fault comes first with these inputs: try the next ones
     return first
 
 
-def _replay_once(kernel: ir.Kernel, dims: dict, scalars: dict, f: Finding, cx, seed: int, factor: float) -> Replay:
+def _too_large(kernel: ir.Kernel, dims: dict) -> bool:
+    sizes = [math.prod(dims[d] if isinstance(d, str) else d for d in t.dims) for t in kernel.tensors]
+    return sum(sizes) > MAX_ELEMENTS
+
+
+def _small_dims(kernel: ir.Kernel, defines: dict, contexts) -> dict | None:
+    if not contexts:
+        return None
+    from argus.analysis.numeric import pick_shapes
+
+    for shape in pick_shapes(kernel, list(contexts[0].constraints), contexts[0].dims, defines)[::-1]:
+        if not _too_large(kernel, shape):
+            return shape
+    return None
+
+
+def _inputs(kernel: ir.Kernel, dims: dict, defines: dict, cx, seed: int, contexts):
+    """(dims, integer tensor contents, note) to try in turn. Contents come from the kernel's contract:
+    with the counterexample's values pinned, then any (diverse) contents at its dims, then other valid
+    dims (the verifier instantiates quantified contracts only where a proof needs them, so its values
+    may break one elsewhere, and its dims may admit no contents at all)."""
+    if not data_tensors(kernel):
+        yield dims, {}, ""
+        return
+    pins = {k: v for k, v in cx.values.items() if "[" in k and isinstance(v, int)}
+    tried = 0
+    for p in ([pins] if pins else []) + [{}]:
+        got = solve_contents(kernel, dims, defines, p, seed)
+        if not isinstance(got, str):
+            tried += 1
+            yield dims, got, "" if p else " (metadata from the kernel's contract)"
+    if contexts:
+        from argus.analysis.numeric import pick_shapes
+
+        for shape in pick_shapes(kernel, list(contexts[0].constraints), contexts[0].dims, defines):
+            got = solve_contents(kernel, shape, defines, {}, seed)
+            if not isinstance(got, str):
+                tried += 1
+                yield shape, got, " (at other dims: the counterexample's admit no metadata satisfying the contract)"
+    if not tried:
+        yield dims, {}, ""
+
+
+def _replay_once(kernel: ir.Kernel, dims: dict, scalars: dict, f: Finding, cx, seed: int, factor: float,
+                 metadata: dict, reverse: bool) -> Replay:
+    import itertools
+
+    from argus.interp.machine import grid_size
+
     arrays = make_arrays(kernel, dims, np.random.default_rng(seed))
+    arrays.update({k: v.copy() for k, v in metadata.items()})
     _emphasise(kernel, arrays, cx.values, factor)
     inputs = {n: a.copy() for n, a in arrays.items()}
+    blocks = None
+    order = "launch order"
+    if reverse:
+        try:
+            grid = grid_size(kernel, dims, scalars)
+        except ArgusError as exc:
+            return Replay(False, f"blocked: {exc.diagnostics[0].message}")
+        blocks = list(itertools.product(*(range(n) for n in grid)))[::-1]
+        order = "reverse block order"
     try:
-        hazards = execute(kernel, arrays, dims, scalars, observe_hazards=True)
+        hazards = execute(kernel, arrays, dims, scalars, blocks=blocks, observe_hazards=True)
     except ArgusError as exc:
         d = exc.diagnostics[0]
         ok = _stop_confirms(f, d.code)
@@ -123,68 +192,10 @@ def _replay_once(kernel: ir.Kernel, dims: dict, scalars: dict, f: Finding, cx, s
             if c.first_bad is not None:
                 idx, got, want = c.first_bad
                 return Replay(True, f"interpreter confirms {o}[{', '.join(map(str, idx))}] = {got:.4g} vs reference "
-                                    f"{want:.4g} ({c.bad} wrong element{'s' if c.bad != 1 else ''}, dims {dims})")
+                                    f"{want:.4g} ({c.bad} wrong element{'s' if c.bad != 1 else ''}, dims {dims}, "
+                                    f"{order})")
             return Replay(True, f"interpreter confirms a wrong {o}: {c.describe()}")
     if hazards:
         return Replay(True, "interpreter observed " + hazards[0].describe())
-    return Replay(False, f"the interpreter ran dims {dims} and found the output correct and no hazard")
-
-
-def _replay_routed(kernel: ir.Kernel, defines: dict[str, object], f: Finding, seed: int) -> Replay:
-    """Kernels over MoE routing metadata: the metadata must satisfy the kernel's assumes, so replay
-    builds a real routing with argus.moe (irregular expert sizes, one expert without tokens) rather
-    than random integers, and runs the grid in launch order and in reverse (the GPU may run blocks in
-    any order: a row written by two blocks shows its wrong value in one of the two orders)."""
-    import itertools
-
-    from argus import moe
-    from argus.interp.machine import grid_size
-
-    fixed = {d: int(defines[d]) for d in ("T", "E", "KTOP", "HID", "F") if d in defines}
-    dims, meta = moe.routed_dims(kernel, tokens=fixed.get("T", 37), experts=fixed.get("E", 4),
-                                 top_k=fixed.get("KTOP", 2), hid=fixed.get("HID", 72), ffn=fixed.get("F", 80),
-                                 seed=seed)
-    try:
-        scalars = resolve_scalars(kernel, defines)
-    except ArgusError as exc:
-        return Replay(False, f"not replayed: {exc}")
-    counts = np.bincount(meta["row_expert"], minlength=dims.get("E", 0)) if "E" in dims else None
-    where = f"routing T={int(meta['pos'].shape[0])} top-{int(meta['pos'].shape[1])}" + \
-        (f", rows per expert {counts.tolist()}" if counts is not None else "") + f", dims {dims}"
-    rng = np.random.default_rng(seed)
-    base = moe.make_inputs(kernel, dims, meta, rng)
-    grid = grid_size(kernel, dims, scalars)
-    blocks = list(itertools.product(*(range(n) for n in grid)))
-    hazard_note = None
-    for order, name in ((blocks, "launch order"), (blocks[::-1], "reverse block order")):
-        arrays = {n: a.copy() for n, a in base.items()}
-        try:
-            hazards = execute(kernel, arrays, dims, scalars, blocks=order, observe_hazards=True)
-        except ArgusError as exc:
-            d = exc.diagnostics[0]
-            ok = _stop_confirms(f, d.code)
-            note = f" ({d.notes[0]})" if d.notes else ""
-            return Replay(ok, ("interpreter stopped: " if ok else "blocked: the interpreter stopped earlier: ")
-                          + f"{d.message}{note} [{where}]")
-        want = HAZARD_CODES.get(f.check)
-        if want:
-            same = [h for h in hazards if h.code in want]
-            if same:
-                return Replay(True, f"interpreter observed {same[0].describe()} [{where}]")
-        if hazards and hazard_note is None:
-            hazard_note = hazards[0].describe()
-        if kernel.reference is None:
-            return Replay(False, "no reference: block to compare the output with")
-        from argus.dsl.reference import evaluate_reference
-
-        ref = evaluate_reference(kernel.reference, reference_env(kernel, base, dims, scalars))
-        for o in kernel.outputs:
-            c = compare(o, arrays[o], ref[o], kernel.tensor(o).dtype, strict=True)
-            if not c.ok and c.first_bad is not None:
-                idx, got, want_v = c.first_bad
-                return Replay(True, f"interpreter confirms {o}[{', '.join(map(str, idx))}] = {got:.4g} vs reference "
-                                    f"{want_v:.4g} ({c.bad} wrong element{'s' if c.bad != 1 else ''}, {name}; {where})")
-    if hazard_note:
-        return Replay(True, f"interpreter observed {hazard_note} [{where}]")
-    return Replay(False, f"the interpreter ran a real routing in both block orders and found the output correct "
-                         f"and no hazard [{where}]")
+    return Replay(False, f"the interpreter ran dims {dims} in both block orders and found the output correct and "
+                         "no hazard")

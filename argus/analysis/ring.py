@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import z3
 
-from argus.analysis.symbolic import Unsupported, as_int
+from argus.analysis.symbolic import Unsupported, as_int, solver
 from argus.analysis.trace import Obligation
 from argus.ir import nodes as ir
 from argus.ir.transform import walk
@@ -199,8 +199,7 @@ class RingRules:
             if a != b:
                 raise Unsupported(f"the producer's and the consumer's {what} differ", span)
             return a
-        s = z3.Solver()
-        s.set("timeout", 4000)
+        s = solver(4000)
         s.add(*self.ctx.constraints, *self.path, as_int(a) != as_int(b))
         if s.check() != z3.unsat:
             raise Unsupported(f"the producer's and the consumer's {what} are not provably equal", span)

@@ -16,6 +16,7 @@ import math
 
 import z3
 
+from argus.analysis.symbolic import budget, solver
 from argus.analysis.terms import zi
 
 
@@ -199,8 +200,7 @@ def nonlinear_check(formulas: list, prefer: list | None = None, timeout_ms: int 
     for fs in (formulas, None):
         if fs is None:
             fs = purify(formulas)
-        s = z3.Solver()
-        s.set("timeout", timeout_ms)
+        s = solver(timeout_ms)
         s.add(*fs)
         r = s.check(*(prefer or []))
         if r == z3.sat:
@@ -242,12 +242,12 @@ def check_split(s: z3.Solver, assumptions: list | None = None, limit: int = 256)
     assumptions = assumptions or []
     mods = [(x, L) for x, L in _moduli(s.assertions()).values() if L <= limit]
     if mods:
-        s.set("timeout", 1500)  # bit tests of a dim are slow for the solver and fast per residue
+        budget(s, 1500)  # bit tests of a dim are slow for the solver and fast per residue
     r = s.check(*assumptions)
     if r != z3.unknown or not mods:
         return r
     x, L = max(mods, key=lambda p: p[1])
-    s.set("timeout", 2000)
+    budget(s, 2000)
     result = z3.unsat
     for res in range(L):
         r = s.check(*assumptions, x % L == res)

@@ -26,10 +26,20 @@ class Unsupported(Exception):
         self.span = span
 
 
-def solver(timeout_ms: int = SOLVER_TIMEOUT_MS) -> z3.Solver:
-    s = z3.Solver()
-    s.set("timeout", timeout_ms)
+# Solver budgets are resource limits (deterministic: the same verdict on a loaded machine and in CI),
+# about RLIMIT_PER_MS units per millisecond of a solver's time here, with a wall-clock limit well above as
+# a safety net.
+RLIMIT_PER_MS = 4000
+
+
+def budget(s: z3.Solver, timeout_ms: int) -> z3.Solver:
+    s.set("rlimit", int(timeout_ms) * RLIMIT_PER_MS)
+    s.set("timeout", int(timeout_ms) * 4)
     return s
+
+
+def solver(timeout_ms: int = SOLVER_TIMEOUT_MS) -> z3.Solver:
+    return budget(z3.Solver(), timeout_ms)
 
 
 def as_int(v):

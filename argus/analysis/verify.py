@@ -11,6 +11,7 @@ from argus.analysis.checks.common import Analysis
 from argus.analysis.executor import explore
 from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, CheckResult, Finding, Report
 from argus.analysis.footprint import ReferenceContract, add_store_obligations
+from argus.analysis.numeric import numeric_tier
 from argus.analysis.periodicity import loop_shapes
 from argus.analysis.reference_terms import Arr, NotAnalysable, reference_arrays
 from argus.analysis.replay import replay
@@ -45,7 +46,11 @@ def reference_contracts(kernel: ir.Kernel, contexts) -> dict:
 TRACE_FREE = ("swizzle-bijective",)
 
 
-def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_replay: bool = True) -> Report:
+def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_replay: bool = True,
+           test: bool = True) -> Report:
+    """Prove every check on the lowered kernel; replay violations in the interpreter; with `test`, also
+    run the numeric tier (argus.analysis.numeric: the interpreter against the reference at two small
+    shapes: tested, not proved)."""
     defines = dict(defines or {})
     t0 = time.perf_counter()
     blocked: tuple[str, object] | None = None  # (reason, span): the paths do not cover every execution
@@ -116,6 +121,11 @@ def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_re
         for r in results:
             for f in r.findings:
                 if f.status == VIOLATED:
-                    f.replay = replay(kernel, defines, f)
+                    f.replay = replay(kernel, defines, f, contexts=contexts)
     notes = a.notes + ([f"{len(traces)} path(s) explored"] if blocked is None or traces else [])
-    return Report(kernel.name, kernel.path, results, notes + [f"symbolic execution: {explore_s:.2f} s"])
+    tested = None
+    if test:
+        t = time.perf_counter()
+        tested = numeric_tier(kernel, defines, contexts)
+        notes.append(f"numeric tier: {time.perf_counter() - t:.2f} s")
+    return Report(kernel.name, kernel.path, results, notes + [f"symbolic execution: {explore_s:.2f} s"], tested)

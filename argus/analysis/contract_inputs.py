@@ -1,0 +1,212 @@
+"""Inputs that satisfy a kernel's own contract, built from its assumes.
+
+A kernel over metadata (MoE routing: expert offsets, tile schedules, row positions) states what it
+relies on with `assume(...)`, including quantified contracts over tensor contents. Random integers break
+them, so the interpreter needs inputs built from the contract itself: at concrete dims, the kernel is
+explored symbolically (one path per decision), and for every block of the grid some path's constraints
+must hold with that block's ids; quantified assumes hold at every index. Z3 then chooses the contents
+of every integer tensor the constraints read (its uninterpreted functions) — and a counterexample's
+values are pinned first, so a replay runs the very routing the verifier found. Float inputs are fresh
+random data as usual. No kernel is recognised by its argument names.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import z3
+
+from argus.analysis import terms as T
+from argus.analysis.symbolic import as_int, budget, solver
+from argus.ir import nodes as ir
+
+MAX_BLOCKS = 256
+MAX_INDEX = 4096  # quantified assumes instantiated at most this many times per block
+
+
+def data_tensors(kernel: ir.Kernel) -> list[ir.TensorDecl]:
+    """Integer inputs: what a contract can constrain (floats are data, never indices)."""
+    return [t for t in kernel.tensors if t.name in kernel.inputs and not t.dtype.is_float]
+
+
+def inputs_for(kernel: ir.Kernel, dims: dict[str, int], contexts, rng: np.random.Generator, defines: dict,
+               pins: dict | None = None) -> tuple[dict[str, int], dict[str, np.ndarray]] | str:
+    """(dims, arrays) for the interpreter: random floats, outputs poisoned, integer tensors solved from
+    the contract (or random small integers when no assume reads them). A reason string if none exist."""
+    from argus.interp.run import make_arrays
+
+    arrays = make_arrays(kernel, dims, rng)
+    ints = data_tensors(kernel)
+    if not ints:
+        return dims, arrays
+    read = {name for c in contexts for name in _functions_read(c)}
+    if not read & {t.name for t in ints}:
+        return dims, arrays
+    got = solve_contents(kernel, dims, defines, pins or {}, int(rng.integers(1 << 30)))
+    if isinstance(got, str):
+        return got
+    arrays.update(got)
+    return dims, arrays
+
+
+def _functions_read(ctx) -> set[str]:
+    return {f.name() for f in ctx.functions.values()}
+
+
+def solve_contents(kernel: ir.Kernel, dims: dict[str, int], defines: dict, pins: dict,
+                   seed: int) -> dict[str, np.ndarray] | str:
+    from argus.analysis.executor import explore
+
+    fixed = {**{k: v for k, v in defines.items() if k not in kernel.dims}, **dims}
+    try:
+        traces, contexts, _notes = explore(kernel, fixed)
+    except Exception as exc:  # noqa: BLE001 - an unsupported construct: no contract to solve
+        return f"the kernel's contract could not be explored at {dims}: {exc}"
+    live = [(t, c) for t, c in zip(traces, contexts) if t.deadlock is None]
+    if not live:
+        return "every path of the kernel deadlocks"
+    ctx0 = live[0][1]
+    grid = []
+    dsub = [(ctx0.dims[d], z3.IntVal(v)) for d, v in dims.items() if d in ctx0.dims]
+    for g in ctx0.grid:
+        g = z3.simplify(z3.substitute(as_int(g), *dsub))
+        if not z3.is_int_value(g):
+            return "the grid depends on tensor contents"
+        grid.append(g.as_long())
+    blocks = list(itertools.islice(itertools.product(*(range(n) for n in grid)), MAX_BLOCKS + 1))
+    if len(blocks) > MAX_BLOCKS:
+        return f"the grid has more than {MAX_BLOCKS} blocks at {dims}"
+    s = solver(20000)
+    s.set("random_seed", seed % 1000)
+    names = {str(b) for b in ctx0.block}
+    for b in blocks:
+        sub = list(zip(ctx0.block, [z3.IntVal(x) for x in b])) + dsub
+        options = []
+        for tr, ctx in live:
+            cons = [z3.substitute(T.zb(c), *sub) for c in tr.constraints if _relevant(c, ctx, names)]
+            for lam_over_env in ctx.quantified:
+                over = z3.simplify(z3.substitute(as_int(lam_over_env[1]), *sub))
+                if not z3.is_int_value(over):
+                    return "a quantified assume ranges over a size that depends on tensor contents"
+                n = min(over.as_long(), MAX_INDEX)
+                for i in range(n):
+                    cons.append(z3.substitute(ctx.instantiate(lam_over_env, z3.IntVal(i)), *sub))
+            options.append(z3.And(*cons) if cons else z3.BoolVal(True))
+        s.add(z3.Or(*options))
+    fns = {f.name(): f for c in contexts for f in c.functions.values()}
+    # an index read from a tensor must lie in the tensor it indexes, or the interpreter faults before
+    # the kernel runs (the contract reads offs[tile_expert[row_tile[r]] + 1])
+    shapes = {t.name: tuple(d if isinstance(d, int) else dims[d] for d in t.dims) for t in kernel.tensors}
+    s.add(*_nested_bounds(s.assertions(), fns, shapes))
+    for key, v in pins.items():
+        f, args = _parse_pin(key, fns)
+        if f is not None and isinstance(v, int):
+            s.add(f(*[z3.IntVal(a) for a in args]) == v)
+    r = s.check()
+    if r == z3.sat:
+        _diversify(s, kernel, dims, fns)
+        r = s.check()
+    if r != z3.sat:
+        return "no tensor contents satisfy the kernel's assumes at " + str(dims) if r == z3.unsat else \
+            "the solver timed out building inputs from the kernel's assumes"
+    m = s.model()
+    from argus.interp.numerics import storage_dtype
+
+    out = {}
+    for t in data_tensors(kernel):
+        shape = tuple(d if isinstance(d, int) else dims[d] for d in t.dims)
+        f = fns.get(t.name)
+        arr = np.zeros(shape, storage_dtype(t.dtype))
+        if f is not None:
+            for idx in itertools.product(*(range(n) for n in shape)):
+                arr[idx] = m.eval(f(*[z3.IntVal(i) for i in idx]), model_completion=True).as_long()
+        out[t.name] = arr
+    return out
+
+
+def _nested_bounds(assertions, fns: dict, shapes: dict) -> list:
+    """Where the contract reads a tensor at an index read from another tensor, that index lies in the
+    tensor -- under the conditions the read happens (`a or load(T[...])` reads T only when a is false,
+    as the interpreter evaluates it)."""
+    out, seen = [], set()
+
+    def visit(e, guard) -> None:
+        if not isinstance(e, z3.ExprRef):
+            return
+        key = (e.get_id(), guard.get_id() if isinstance(guard, z3.ExprRef) else guard)
+        if key in seen:
+            return
+        seen.add(key)
+        if z3.is_or(e) or z3.is_and(e):
+            g = guard
+            for c in e.children():
+                visit(c, g)
+                g = T.b_and(g, z3.Not(c) if z3.is_or(e) else c)
+            return
+        if z3.is_implies(e):
+            visit(e.arg(0), guard)
+            visit(e.arg(1), T.b_and(guard, e.arg(0)))
+            return
+        if z3.is_app(e) and e.num_args() > 0 and e.decl().name() in fns and e.decl().name() in shapes:
+            for axis, a in enumerate(e.children()):
+                if _reads(a, set(fns)) and axis < len(shapes[e.decl().name()]):
+                    out.append(z3.Implies(T.zb(guard), z3.And(a >= 0, a < shapes[e.decl().name()][axis])))
+        for c in e.children():
+            visit(c, guard)
+
+    for a in assertions:
+        visit(a, True)
+    return out
+
+
+def _diversify(s: z3.Solver, kernel: ir.Kernel, dims: dict, fns: dict, limit: int = 48) -> None:
+    """Solvers like equal values (every top-k slot the same row): a bug that swaps two of them then
+    hides. Ask, element by element, for neighbours to differ, keeping each wish the contract allows."""
+    budget(s, 500)
+    for t in data_tensors(kernel):
+        f = fns.get(t.name)
+        if f is None:
+            continue
+        shape = tuple(d if isinstance(d, int) else dims[d] for d in t.dims)
+        cells = list(itertools.islice(itertools.product(*(range(n) for n in shape)), limit))
+        for a, b in zip(cells, cells[1:]):
+            s.push()
+            s.add(f(*[z3.IntVal(i) for i in a]) != f(*[z3.IntVal(i) for i in b]))
+            if s.check() != z3.sat:
+                s.pop()
+    budget(s, 20000)
+
+
+def _relevant(c, ctx, block_names: set[str]) -> bool:
+    """Constraints that say something about blocks or tensor contents (dims are fixed already)."""
+    if isinstance(c, bool):
+        return False
+    fnames = _functions_read(ctx)
+    return T.mentions(c, block_names) or _reads(c, fnames)
+
+
+def _reads(e, fnames: set[str]) -> bool:
+    todo, seen = [e], set()
+    while todo:
+        x = todo.pop()
+        if not isinstance(x, z3.ExprRef) or x.get_id() in seen:
+            continue
+        seen.add(x.get_id())
+        if z3.is_app(x) and x.num_args() > 0 and x.decl().name() in fnames:
+            return True
+        todo.extend(x.children())
+    return False
+
+
+def _parse_pin(key: str, fns: dict):
+    """'offs[1]' -> (offs function, (1,))."""
+    if "[" not in key or not key.endswith("]"):
+        return None, ()
+    name, rest = key.split("[", 1)
+    f = fns.get(name)
+    try:
+        args = tuple(int(x) for x in rest[:-1].split(","))
+    except ValueError:
+        return None, ()
+    return f, args

@@ -1,0 +1,175 @@
+"""The numeric tier of `argus check`: the interpreter against the reference at small shapes.
+
+What the data-flow contract cannot see — scales, log bases, the order of a rescale and a sum, alpha
+versus beta — is tested, not proved: the kernel runs in the interpreter on fresh random inputs at two
+small shapes (one of them not a multiple of the tiles, where the kernel's assumptions allow it) and its
+outputs are compared with the reference in float64. The tolerance follows the precision of the
+computation, not only the output dtype: a value rounded to bf16 on its way to the output (P before P·V)
+bounds the accuracy of an fp32 output too. Shapes come from the kernel's own constraints (its assumes,
+as the verifier collected them), so they are valid inputs for it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import z3
+
+from argus.analysis import terms as T
+from argus.analysis.symbolic import solver
+from argus.dsl.diagnostics import ArgusError
+from argus.dsl.types import TileT
+from argus.ir import nodes as ir
+from argus.ir.transform import walk
+
+MAX_ELEMENTS = 1 << 20  # tensor elements at one shape: the interpreter runs it in seconds
+LIMIT = 300  # dims of the tested shapes stay below this
+
+
+@dataclass
+class Tested:
+    dims: dict[str, int]
+    ok: bool
+    summary: str
+    seconds: float
+    first_bad: tuple | None = None  # (output, index, got, want)
+
+
+@dataclass
+class NumericTier:
+    shapes: list[Tested] = field(default_factory=list)
+    skipped: str | None = None  # why nothing was tested
+
+    @property
+    def ok(self) -> bool:
+        return all(t.ok for t in self.shapes)
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok if self.shapes else None, "skipped": self.skipped,
+                "shapes": [{"dims": t.dims, "ok": t.ok, "summary": t.summary, "seconds": round(t.seconds, 3)}
+                           for t in self.shapes]}
+
+    def render(self) -> list[str]:
+        if not self.shapes:
+            return [f"  not tested: {self.skipped}"] if self.skipped else []
+        out = []
+        for t in self.shapes:
+            dims = " ".join(f"{k}={v}" for k, v in t.dims.items())
+            out.append(f"  tested at {dims}: {'ok' if t.ok else 'WRONG'} ({t.summary})")
+        return out
+
+
+def working_dtype(kernel: ir.Kernel, out: str):
+    """The least precise float type a value takes on its way to any output: the output's own, or a tile
+    cast to a narrower float (cast(p, bf16) before an mma)."""
+    from argus.interp.numerics import element_tolerance
+
+    best = kernel.tensor(out).dtype
+    for e in walk(kernel.body):
+        if isinstance(e, ir.Math) and e.fn == "cast" and isinstance(e.type, TileT) and e.type.dtype.is_float:
+            if element_tolerance(e.type.dtype) > element_tolerance(best):
+                best = e.type.dtype
+    return best
+
+
+def tiled_dims(kernel: ir.Kernel) -> set[str]:
+    """Dims the kernel cuts into tiles (they appear in a cdiv); the others count things (batch, heads,
+    experts, top-k) and stay small in tested shapes."""
+    out: set[str] = set()
+    for e in walk((kernel.grid, kernel.body)):
+        if isinstance(e, ir.Math) and e.fn == "cdiv":
+            out |= {x.name for x in walk(e) if isinstance(x, ir.Var)}
+    return out & set(kernel.dims)
+
+
+def pick_shapes(kernel: ir.Kernel, constraints: list, dims_z3: dict, defines: dict) -> list[dict[str, int]]:
+    """Two small valid shapes: the tiled dims multiples of 64 in one, not multiples of 8 in the other
+    (irregular tails), as far as the kernel's constraints allow; counting dims 2 or 3."""
+    fixed = {d: int(defines[d]) for d in kernel.dims if d in defines}
+    tiled = tiled_dims(kernel)
+    base = [c for c in constraints if not T.mentions(c, {"block_x", "block_y", "block_z"})]
+    out: list[dict[str, int]] = []
+    for regular in (True, False):
+        s = solver(3000)
+        s.add(*base)
+        for d, v in dims_z3.items():
+            s.add(v >= 1, v <= LIMIT)
+            if d in fixed:
+                s.add(v == fixed[d])
+        prefs = []
+        for d, v in dims_z3.items():
+            if d in fixed:
+                continue
+            if d in tiled:
+                prefs.append(z3.And(v % 64 == 0, v <= 128) if regular else z3.And(v % 8 != 0, v > 64, v < 200))
+            else:
+                prefs.append(v == (2 if regular else 3))
+        # as many preferences as the constraints allow, greedily
+        for p in prefs:
+            s.push()
+            s.add(p)
+            if s.check() != z3.sat:
+                s.pop()
+        if s.check() != z3.sat:
+            continue
+        m = s.model()
+        shape = {d: m.eval(v, model_completion=True).as_long() for d, v in dims_z3.items()}
+        if shape not in out:
+            out.append(shape)
+    return out
+
+
+def numeric_tier(kernel: ir.Kernel, defines: dict, contexts, seed: int = 1234) -> NumericTier:
+    from argus.analysis.contract_inputs import inputs_for
+    from argus.dsl.reference import evaluate_reference
+    from argus.interp.machine import execute
+    from argus.interp.run import compare, reference_env, resolve_scalars
+
+    if kernel.reference is None:
+        return NumericTier(skipped="no reference: block")
+    if not contexts:
+        return NumericTier(skipped="the verifier explored no path to take valid shapes from")
+    ctx = contexts[0]
+    try:
+        scalars = resolve_scalars(kernel, defines)
+    except ArgusError as exc:
+        return NumericTier(skipped=exc.diagnostics[0].message)
+    tier = NumericTier()
+    for n, dims in enumerate(pick_shapes(kernel, list(ctx.constraints), ctx.dims, defines)):
+        got = inputs_for(kernel, dims, contexts, np.random.default_rng(seed + n), defines)
+        if isinstance(got, str):
+            tier.skipped = got
+            continue
+        dims, arrays = got
+        size = sum(int(np.prod(a.shape)) for a in arrays.values())
+        if size > MAX_ELEMENTS:
+            tier.skipped = f"shape {dims} is too large for the interpreter"
+            continue
+        inputs = {k: a.copy() for k, a in arrays.items()}
+        t0 = time.perf_counter()
+        try:
+            execute(kernel, arrays, dims, scalars)
+        except ArgusError as exc:
+            d = exc.diagnostics[0]
+            tier.shapes.append(Tested(dims, False, f"the interpreter stopped: {d.message}", time.perf_counter() - t0))
+            continue
+        seconds = time.perf_counter() - t0
+        ref = evaluate_reference(kernel.reference, reference_env(kernel, inputs, dims, scalars))
+        bad = None
+        worst = 0.0
+        for o in kernel.outputs:
+            c = compare(o, arrays[o], ref[o], working_dtype(kernel, o))
+            worst = max(worst, c.rel_error)
+            if not c.ok and bad is None:
+                bad = (o, c)
+        if bad is None:
+            tier.shapes.append(Tested(dims, True, f"relative error {worst:.1e}", seconds))
+        else:
+            o, c = bad
+            first = (o, *c.first_bad) if c.first_bad else None
+            tier.shapes.append(Tested(dims, False, c.describe(), seconds, first))
+    if not tier.shapes and tier.skipped is None:
+        tier.skipped = "no small shape satisfies the kernel's assumptions"
+    return tier
