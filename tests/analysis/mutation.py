@@ -1,10 +1,11 @@
 """Mechanical mutants of the GEMM kernels, and the oracle that judges them.
 
 Operators (applied one at a time to the kernel body): index +-1 on every tile offset, loop bound +-1
-and swapped dims, dropped wait / barrier / commit lines, stage index changed, mma operands swapped,
-tile offsets moved to the other block id. A mutant is *wrong* when the interpreter, at one of a few
-small shapes, gives a wrong output, stops with an error, or observes a race / async hazard / double
-write. The verifier must not say "verified" for any wrong mutant.
+and swapped dims, dropped wait / barrier / commit / arrive / expect_tx / mbarrier wait lines, a flipped
+mbarrier parity, stage index changed, mma operands swapped, tile offsets moved to the other block id.
+A mutant is *wrong* when the interpreter, at one of a few small shapes, gives a wrong output, stops
+with an error, or observes a race / async hazard / double write. The verifier must not say "verified"
+for any wrong mutant.
 """
 
 from __future__ import annotations
@@ -74,8 +75,12 @@ def mutants(text: str) -> list[Mutant]:
                 emit(f"bound{d.strip()[0]}1", i, code[: m.end(2)] + d + code[m.end(2):])
             emit("bound-other-dim", i, code.replace("cdiv(K,", "cdiv(M,"))
         # dropped synchronisation
-        if re.match(r"\s*(wait_async|barrier|commit)\(", code):
+        if re.match(r"\s*(wait_async|barrier|commit|arrive|expect_tx|wait)\(", code):
             drop("drop-" + code.strip().split("(")[0], i)
+        # mbarrier parity flipped
+        m = re.match(r"^(\s*wait\([^,]+, )(.*)\)\s*$", code)
+        if m:
+            emit("parity+1", i, f"{m.group(1)}({m.group(2)} + 1) % 2)")
         # stage index
         for m in re.finditer(r"_s\[(s|k % 2|\(k \+ 1\) % 2)\]", code):
             emit("stage+1", i, code[: m.start(1)] + f"({m.group(1)} + 1) % STAGES" + code[m.end(1):])
@@ -87,23 +92,38 @@ def mutants(text: str) -> list[Mutant]:
 
 
 def interpreter_says_wrong(text: str, defines: dict) -> str | None:
-    """A reason the mutant is wrong at some small shape, or None."""
+    """A reason the mutant is wrong at some small shape (its own reference block, evaluated in float64;
+    the mutants never touch it), or None. Blocks run in launch order and in reverse."""
+    from argus.dsl.reference import evaluate_reference
+    from argus.interp.run import reference_env
+
     try:
         kernel = build_source(text, defines, path="mutant.arg")
     except ArgusError:
         return None
     for M, N, K in SHAPES:
         dims = {"M": M, "N": N, "K": K}
-        arrays = make_arrays(kernel, dims, np.random.default_rng(M))
-        inputs = {n: a.copy() for n, a in arrays.items()}
-        try:
-            hazards = execute(kernel, arrays, dims, observe_hazards=True)
-        except ArgusError as exc:
-            return f"interpreter error: {exc.diagnostics[0].message}"
-        if hazards:
-            return f"hazard: {hazards[0].describe()}"
-        ref = inputs["A"].astype(np.float64) @ inputs["B"].astype(np.float64)
-        c = compare("C", arrays["C"], ref, kernel.tensor("C").dtype)
-        if not c.ok:
-            return f"wrong output at {dims}: {c.describe()}"
+        for reverse in (False, True):
+            arrays = make_arrays(kernel, dims, np.random.default_rng(M))
+            inputs = {n: a.copy() for n, a in arrays.items()}
+            blocks = None
+            if reverse:
+                from itertools import product
+
+                from argus.interp.machine import grid_size
+                try:
+                    blocks = list(product(*(range(n) for n in grid_size(kernel, dims, {}))))[::-1]
+                except ArgusError as exc:
+                    return f"interpreter error: {exc.diagnostics[0].message}"
+            try:
+                hazards = execute(kernel, arrays, dims, blocks=blocks, observe_hazards=True)
+            except ArgusError as exc:
+                return f"interpreter error: {exc.diagnostics[0].message}"
+            if hazards:
+                return f"hazard: {hazards[0].describe()}"
+            ref = evaluate_reference(kernel.reference, reference_env(kernel, inputs, dims, {}))
+            for o in kernel.outputs:
+                c = compare(o, arrays[o], ref[o], kernel.tensor(o).dtype)
+                if not c.ok:
+                    return f"wrong output at {dims}: {c.describe()}"
     return None

@@ -174,7 +174,7 @@ def signature(stores) -> tuple:
 
 def candidate_block(st, ctx, c) -> tuple | None:
     """The block whose store `st` would cover element c, when each block id appears in exactly one
-    axis start as +-T * b + offset (T the tile extent); None when the starts have another form."""
+    axis start as +-S * b + offset with S at least the store's extent there; None otherwise."""
     blk = []
     for b in ctx.block:
         found = None
@@ -187,11 +187,13 @@ def candidate_block(st, ctx, c) -> tuple | None:
             at1 = z3.simplify(z3.substitute(e, (b, z3.IntVal(1))))
             step = z3.simplify(at1 - at0)
             others = {str(x) for x in ctx.block if x is not b}
-            if not z3.is_int_value(step) or abs(step.as_long()) != size or T.mentions(at0, others):
+            if not z3.is_int_value(step) or not 0 < size <= abs(step.as_long()) or T.mentions(at0, others):
                 return None
-            # ascending tiles: b = (c - start(0)) / T; descending (start(0) - T * b, e.g. heavy blocks
-            # launched first): b = ceil((start(0) - c) / T)
-            found = (c[ax] - at0) / size if step.as_long() > 0 else (at0 - c[ax] + size - 1) / size
+            # blocks step by S >= T (the tile or a part of it): at most one can cover c. Ascending:
+            # b = (c - start(0)) div S; descending (start(0) - S * b, heavy blocks launched first):
+            # b = ceil((start(0) - c) / S)
+            stride = abs(step.as_long())
+            found = (c[ax] - at0) / stride if step.as_long() > 0 else (at0 - c[ax] + stride - 1) / stride
             break
         blk.append(found if found is not None else z3.IntVal(0))
     return tuple(blk)
