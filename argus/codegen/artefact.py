@@ -8,6 +8,7 @@ from pathlib import Path
 
 from argus.codegen.compile import Built, build
 from argus.codegen.resources import KernelResources
+from argus.files import check_output, write_output
 
 EXT = {"cuda": ".cu", "ptx": ".ptx", "cubin": ".cubin"}
 
@@ -25,7 +26,7 @@ def resource_json(r: KernelResources, dynamic_smem: int) -> dict:
             "spill_store_bytes": r.spill_store_bytes, "spill_load_bytes": r.spill_load_bytes, "arch": r.arch}
 
 
-def write_artefact(built: Built, emit: str, ptx: str | None, output: str | None) -> str:
+def write_artefact(built: Built, emit: str, ptx: str | None, output: str | None, force: bool = False) -> str:
     if emit == "cuda":
         data: bytes = built.generated.source.encode()
     elif emit == "ptx":
@@ -39,18 +40,19 @@ def write_artefact(built: Built, emit: str, ptx: str | None, output: str | None)
             sys.stdout.write(data.decode())
         return "<stdout>"
     path = Path(output or f"{built.generated.name}{EXT[emit]}")
-    path.write_bytes(data)
-    return str(path)
+    return str(write_output(path, data, force=force))  # no symlinks followed, no silent overwrite
 
 
 def build_command(file: str, defines: dict[str, object], kernel: str | None, *, emit: str = "cubin",
-                  arch: str | None = None, output: str | None = None, fmt: str = "text") -> int:
+                  arch: str | None = None, output: str | None = None, fmt: str = "text", force: bool = False) -> int:
     from argus.ir.build import build_file
 
     k = build_file(file, defines, kernel)
+    if output != "-":
+        check_output(output or f"{k.name}{EXT[emit]}", force=force)
     built = build(k, arch=arch)  # always a cubin: the resource report reads it
     ptx = build(k, arch=arch, want="ptx").result.ptx if emit == "ptx" else None
-    where = write_artefact(built, emit, ptx, output)
+    where = write_artefact(built, emit, ptx, output, force)
     res = built.resources
     smem = built.generated.smem_bytes
     if fmt == "json":
