@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import math
 import os
 import sys
 import time
 
 from argus.dsl.diagnostics import ArgusError, Diagnostic, render_all
+from argus.limits import DEFAULT_MEMORY, DEFAULT_TIME_S, Limits, format_bytes, parse_memory, parse_seconds
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -23,19 +27,32 @@ def parse_define(text: str) -> tuple[str, object]:
     return name, _value(value.strip())
 
 
+MAX_DEFINE_CHARS = 200
+
+
 def _value(v: str) -> object:
+    if len(v) > MAX_DEFINE_CHARS:
+        raise argparse.ArgumentTypeError(f"a -D value may be at most {MAX_DEFINE_CHARS} characters")
     if v in ("True", "true"):
         return True
     if v in ("False", "false"):
         return False
+    digits = v.lstrip("+-")
+    digits = digits[2:] if digits[:2].lower() in ("0x", "0o", "0b") else digits
+    if digits.isdigit() and len(digits.lstrip("0")) > 20:
+        raise argparse.ArgumentTypeError(f"{v[:24]}...: integers fit in 64 bits (at most 20 digits)")
     try:
         return int(v, 0)
     except ValueError:
         pass
     try:
-        return float(v)
+        f = float(v)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(f):
+            raise argparse.ArgumentTypeError(f"{v}: not a finite number")
+        return f
     if len(v) >= 2 and v[0] == v[-1] and v[0] in "\"'":
         return v[1:-1]
     return v
@@ -45,6 +62,44 @@ def _defines(args) -> dict[str, object]:
     return dict(args.define or [])
 
 
+def _nonnegative(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if not 0 <= v < 2 ** 63:
+        raise argparse.ArgumentTypeError(f"'{text}': give an integer from 0 to 2**63 - 1")
+    return v
+
+
+def _positive(text: str) -> int:
+    v = _nonnegative(text)
+    if v == 0 or v > 1_000_000:
+        raise argparse.ArgumentTypeError(f"'{text}': give an integer from 1 to 1000000")
+    return v
+
+
+def _limit(parse):
+    def f(text: str):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return f
+
+
+def add_limit_options(p: argparse.ArgumentParser, time_help: bool = True) -> None:
+    """--time-limit / --memory-limit: the budget of the child process that does the work."""
+    if time_help:
+        p.add_argument("--time-limit", type=_limit(parse_seconds), default=DEFAULT_TIME_S, metavar="SECONDS",
+                       help=f"wall-clock budget for the whole command (default {DEFAULT_TIME_S:.0f}); past it the "
+                       "work is stopped: check reports unknown (exit 2), run and build an error (exit 1)")
+    p.add_argument("--memory-limit", type=_limit(parse_memory), default=DEFAULT_MEMORY, metavar="SIZE",
+                   help=f"memory budget on top of what Argus itself uses (default {format_bytes(DEFAULT_MEMORY)}; "
+                   "e.g. 512M, 16G); interpreter work that cannot fit is refused up front, and an allocation past "
+                   "it stops the command cleanly. Not applied to GPU runs (a CUDA context maps more address space)")
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="an Argus source file (.arg)")
     p.add_argument("-D", dest="define", action="append", type=parse_define, metavar="NAME=VALUE",
@@ -52,14 +107,17 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", help="which kernel of the file (default: the first)")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="output format; json diagnostics follow the schema in README.md")
+    add_limit_options(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="argus",
         description="Argus: a tile-level GPU kernel language whose compiler proves data-flow invariants.",
-        epilog="Exit status: 0 success, 1 errors in the kernel, a violated invariant or a wrong result, "
-               "2 unknown verdict or bad command line, 3 internal error.")
+        epilog="Exit status: 0 success, 1 errors in the kernel, a violated invariant, a wrong result or a limit "
+               "reached, 2 unknown verdict (also: check past its time or memory limit) or bad command line, 3 internal "
+               f"error. Every command but tune runs in a child process with a time limit (default {DEFAULT_TIME_S:.0f} "
+               f"s) and a memory limit (default {format_bytes(DEFAULT_MEMORY)}): see --time-limit, --memory-limit.")
     p.add_argument("--version", action="version", version="argus 0.1.0")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     c = sub.add_parser("check", help="check a kernel and prove its invariants (tags, races, bounds, ...) with Z3",
@@ -84,9 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--bench", action="store_true",
                        help="run on the GPU, then time the kernel (CUDA events, median, L2-rotated inputs) and the "
                        "library baseline (cuBLAS for a GEMM reference) in the same process")
-    r.add_argument("--iters", type=int, default=30, help="timed launches per kernel with --bench (default 30)")
+    r.add_argument("--iters", type=_positive, default=30, help="timed launches per kernel with --bench (default 30)")
     r.add_argument("--arch", default=None, help="GPU architecture (default: the GPU's)")
-    r.add_argument("--seed", type=int, default=None, help="random seed for the inputs (default: fresh)")
+    r.add_argument("--seed", type=_nonnegative, default=None, help="random seed for the inputs (default: fresh)")
     b = sub.add_parser("build", help="generate CUDA C++, compile it with NVRTC, report registers/smem/spills",
                        description="Lower FILE to the IR, generate CUDA C++ (with #line directives to FILE), "
                        "compile it with NVRTC to a cubin (disk-cached) and print each kernel's registers, shared "
@@ -95,10 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--emit", choices=("cuda", "ptx", "cubin"), default="cubin", help="artefact to write")
     b.add_argument("--arch", default=None, help="target, e.g. sm_90a or sm_80 (default: the GPU's, else sm_90a)")
     b.add_argument("-o", "--output", default=None,
-                   help="output path (default: KERNEL.cu / .ptx / .cubin in the current directory; - for stdout)")
+                   help="output path (default: KERNEL.cu / .ptx / .cubin in the current directory; - for stdout); "
+                   "never written through a symbolic link")
+    b.add_argument("--force", action="store_true", help="replace an existing output file")
     from argus.agent.cli import add_tune_parser
 
-    add_tune_parser(sub, parse_define)
+    add_tune_parser(sub, parse_define, _nonnegative, _positive)
     return p
 
 
@@ -107,7 +167,7 @@ EXIT_UNKNOWN = 2
 
 def cmd_check(args) -> int:
     """One kernel (--kernel, or a file holding one); a file of several kernels checks each in turn:
-    the exit status is the worst of theirs (violated > unknown > verified)."""
+    the exit status is the worst of theirs (violated > unknown > verified). The file is parsed once."""
     from argus.dsl.parser import parse_file
 
     module = parse_file(args.file)
@@ -116,14 +176,12 @@ def cmd_check(args) -> int:
     if args.kernel is None:
         kernels = module.kernels
         if len(kernels) > 1 or module.layers:
-            import contextlib
             import copy
-            import io
 
             from argus.dsl import ast
 
             codes, reports = [], []
-            items = [(kn, _check_one) for kn in kernels] + \
+            items = [(kn, lambda sub: _check_one(sub, module)) for kn in kernels] + \
                 [(g, lambda sub, g=g: _check_layer(sub, g)) for g in module.layers]
             for item, check in items:
                 sub = copy.copy(args)
@@ -144,7 +202,7 @@ def cmd_check(args) -> int:
                 status = {EXIT_OK: "ok" if args.no_verify else "verified", EXIT_ERROR: "violated"}.get(worst, "unknown")
                 print(json.dumps({"file": args.file, "status": status, "kernels": reports}, indent=2, default=str))
             return worst
-    return _check_one(args)
+    return _check_one(args, module)
 
 
 def _check_layer(args, layer) -> int:
@@ -164,13 +222,18 @@ def _check_layer(args, layer) -> int:
     return EXIT_OK
 
 
-def _check_one(args) -> int:
-    from argus.ir.build import build_file
+MAX_VERIFY_STEPS = 256  # loop steps the symbolic verifier walks when -D fixes a trip count
+
+
+def _check_one(args, module) -> int:
+    from argus.interp.budget import check_dims, loop_steps
+    from argus.ir.build import build_kernel, select_kernel
     from argus.ir.printer import kernel as print_kernel
 
     t0 = time.perf_counter()
     defines = _defines(args)
-    k = build_file(args.file, defines, args.kernel)
+    k = build_kernel(select_kernel(module, args.kernel), defines)
+    check_dims(k, defines)
     dt = time.perf_counter() - t0
     if args.emit_ir and args.format == "text":
         print(print_kernel(k), end="")
@@ -181,10 +244,22 @@ def _check_one(args) -> int:
         else:
             print(f"{args.file}: kernel '{k.name}' ok ({dt * 1000:.0f} ms, not verified)")
         return EXIT_OK
+    steps, where = loop_steps(k, {d: int(v) for d, v in defines.items() if d in k.dims})
+    if steps > MAX_VERIFY_STEPS:
+        fixed = ", ".join(f"{d}={defines[d]}" for d in k.dims if d in defines)
+        line = f" at line {where.line}" if where else ""
+        note = (f"not attempted: the loop{line} runs {steps} steps at {fixed}, and the verifier walks a loop whose "
+                f"trip count -D fixes step by step (at most {MAX_VERIFY_STEPS}); leave the dims symbolic (no -D for "
+                "them) and it covers every size up to 65536 at once")
+        return _unknown_report(args, k.name, note, time.perf_counter() - t0)
     from argus.analysis import VERIFIED, VIOLATED, verify
     from argus.analysis.render import render_report
 
-    report = verify(k, defines, do_replay=not args.no_replay)
+    try:
+        report = verify(k, defines, do_replay=not args.no_replay)
+    except RecursionError:  # deep symbolic terms (long fixed loops): the verdict is unknown, not a crash
+        return _unknown_report(args, k.name, "the verifier's symbolic terms grew too deep (RecursionError); try "
+                               "smaller fixed dims or leave them symbolic", time.perf_counter() - t0)
     total = time.perf_counter() - t0
     if args.format == "json":
         j = report.to_json()
@@ -197,11 +272,22 @@ def _check_one(args) -> int:
     return {VERIFIED: EXIT_OK, VIOLATED: EXIT_ERROR}.get(report.status, EXIT_UNKNOWN)
 
 
+def _unknown_report(args, kernel: str, note: str, seconds: float) -> int:
+    from argus.escape import terminal
+
+    if args.format == "json":
+        print(json.dumps({"file": args.file, "kernel": kernel, "status": "unknown", "notes": [note], "checks": [],
+                          "findings": [], "diagnostics": [], "seconds": round(seconds, 4)}, indent=2))
+    else:
+        print(f"{terminal(args.file)}: kernel '{kernel}': unknown\n  note: {note}")
+    return EXIT_UNKNOWN
+
+
 def cmd_build(args) -> int:
     from argus.codegen.artefact import build_command
 
     return build_command(args.file, _defines(args), args.kernel, emit=args.emit, arch=args.arch,
-                         output=args.output, fmt=args.format)
+                         output=args.output, fmt=args.format, force=args.force)
 
 
 def cmd_run(args) -> int:
@@ -232,12 +318,23 @@ def cmd_run(args) -> int:
     return EXIT_OK if res.ok else EXIT_ERROR
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return EXIT_USAGE
+def _exhausted(args, what: str) -> int:
+    """A resource limit ended the work: unknown for check (no verdict), an error otherwise."""
+    unknown = args.command == "check"
+    hint = "--time-limit" if "time" in what else "--memory-limit"
+    d = Diagnostic("error", "limit", f"{args.command} stopped: {what}", None,
+                   (f"raise it with {hint}, or give smaller dims" + ("; the verdict is unknown" if unknown else ""),))
+    fmt = getattr(args, "format", "text")
+    if fmt == "json":
+        print(json.dumps({"file": getattr(args, "file", None), "status": "unknown" if unknown else "error",
+                          "diagnostics": [d.to_json()]}, indent=2))
+    else:
+        print(render_all([d]), file=sys.stderr)
+    return EXIT_UNKNOWN if unknown else EXIT_ERROR
+
+
+def _dispatch(args) -> int:
+    """Run one command; every failure becomes a diagnostic (never a traceback) and an exit status."""
     fmt = getattr(args, "format", "text")
     try:
         if args.command == "tune":
@@ -258,13 +355,88 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the reader went away: not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except MemoryError:
+        return _exhausted(args, "out of memory" + (f" (the limit is {format_bytes(args.memory_limit)})"
+                                                   if getattr(args, "memory_limit", None) else ""))
+    except RecursionError:  # bounded inputs should never get here; say what happened, not "internal error"
+        d = Diagnostic("error", "nesting", "the program is nested too deeply for Argus to process (RecursionError)",
+                       None, ("split deep expressions with intermediate names",))
+        print(render_all([d], fmt), file=sys.stderr if fmt == "text" else sys.stdout)
+        return EXIT_ERROR
     except Exception as exc:  # a compiler bug: say so plainly, never dump a traceback on the user
         if os.environ.get("ARGUS_DEBUG"):
             raise
-        d = Diagnostic("error", "internal", f"internal compiler error: {type(exc).__name__}: {exc}", None,
-                       ("this is a bug in Argus; rerun with ARGUS_DEBUG=1 for a traceback and report it",))
+        from argus.escape import terminal
+
+        d = Diagnostic("error", "internal", f"internal compiler error: {type(exc).__name__}: {terminal(str(exc))}",
+                       None, ("this is a bug in Argus; rerun with ARGUS_DEBUG=1 for a traceback and report it",))
         print(render_all([d], fmt), file=sys.stderr if fmt == "text" else sys.stdout)
         return EXIT_INTERNAL
+
+
+def _captured(args) -> tuple[int, bytes, bytes]:
+    """In the bounded child: run the command with its output kept, to be written by the parent."""
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="backslashreplace", write_through=True)
+    err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="backslashreplace", write_through=True)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = _dispatch(args)
+    return code, out.buffer.getvalue(), err.buffer.getvalue()
+
+
+def _write(stream, data: bytes) -> None:
+    if not data:
+        return
+    buf = getattr(stream, "buffer", None)
+    if buf is not None:
+        stream.flush()
+        buf.write(data)
+        buf.flush()
+    else:
+        stream.write(data.decode("utf-8", errors="backslashreplace"))
+
+
+def _bounded(args) -> int:
+    """check / run / build in a child process under --time-limit and --memory-limit."""
+    from argus.agent.isolate import run_isolated
+
+    gpu = args.command == "run" and not args.interp
+    limits = Limits(args.time_limit, None if gpu else args.memory_limit)
+    r = run_isolated(_captured, args, timeout_s=limits.time_s, memory_bytes=limits.memory_bytes)
+    if r.status == "ok":
+        code, out, err = r.value
+        try:
+            _write(sys.stdout, out)
+            _write(sys.stderr, err)
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
+        return code
+    if r.status == "timeout":
+        return _exhausted(args, f"the time limit of {limits.time_s:g} s was reached")
+    if r.status == "memory":
+        return _exhausted(args, f"out of memory (the limit is {r.error})")
+    if r.status == "fault":  # a native library aborting on a failed allocation lands here too
+        return _exhausted(args, f"the worker process {r.describe()}; most likely the memory limit "
+                          f"({format_bytes(args.memory_limit)}) was reached")
+    print(f"argus: internal error in the worker process: {r.error.splitlines()[0] if r.error else 'no result'}",
+          file=sys.stderr)
+    if os.environ.get("ARGUS_DEBUG"):
+        print(r.error, file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # a bad command line exits 2 here, with argparse's message
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    if args.command == "tune":  # long-running and streaming; its own work runs in bounded children
+        return _dispatch(args)
+    try:
+        return _bounded(args)
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ def test_internal_errors_are_not_tracebacks(monkeypatch, capsys):
 
     def boom(*a, **k):
         raise RuntimeError("simulated bug")
-    monkeypatch.setattr(build, "build_file", boom)
+    monkeypatch.setattr(build, "build_kernel", boom)
     monkeypatch.delenv("ARGUS_DEBUG", raising=False)
     code, _, err = run(capsys, "check", GEMM)
     assert code == 3 and "internal compiler error: RuntimeError: simulated bug" in err and "Traceback" not in err

@@ -7,10 +7,20 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from argus.limits import DEFAULT_MEMORY, format_bytes, parse_memory, parse_seconds
+
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 
-def add_tune_parser(sub, parse_define: Callable[[str], tuple[str, object]]) -> argparse.ArgumentParser:
+def _seconds(text: str) -> float:
+    try:
+        return parse_seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_tune_parser(sub, parse_define: Callable[[str], tuple[str, object]], nonnegative: Callable[[str], int],
+                    positive: Callable[[str], int]) -> argparse.ArgumentParser:
     t = sub.add_parser(
         "tune", help="optimise a kernel: planner proposes, verifier checks, referee times, reward = log speedup",
         description="Start from FILE (with -D params) and, for --budget steps, let a planner propose a change "
@@ -24,13 +34,13 @@ def add_tune_parser(sub, parse_define: Callable[[str], tuple[str, object]]) -> a
                    help="starting param value (repeatable), e.g. -D BM=64; giving every runtime dim (-D M=...) "
                    "makes that the target shape")
     t.add_argument("--kernel", help="which kernel of the file (default: the first)")
-    t.add_argument("--budget", type=int, default=48, help="number of proposals to evaluate (default 48)")
+    t.add_argument("--budget", type=nonnegative, default=48, help="number of proposals to evaluate (default 48)")
     t.add_argument("--planner", choices=("builtin", "anthropic"), default="builtin",
                    help="builtin: offline tree search over the knowledge base (default); anthropic: a Claude "
                    "model through the anthropic SDK (needs ANTHROPIC_API_KEY)")
     t.add_argument("--model", help="model for --planner anthropic (default: $ARGUS_ANTHROPIC_MODEL or "
                    "claude-sonnet-4-5)")
-    t.add_argument("--seed", type=int, default=0, help="seed for the planner and the referee's inputs")
+    t.add_argument("--seed", type=nonnegative, default=0, help="seed for the planner and the referee's inputs")
     t.add_argument("--shapes", help="target shapes, ';'-separated: 'M,N,K;...' in the kernel's dim order or "
                    "'M=4096,N=4096,K=4096;...' (default for GEMM: 4096^3 and 8192^3)")
     t.add_argument("--check-shapes", help="planner-visible small correctness shapes (same syntax; default: "
@@ -42,11 +52,22 @@ def add_tune_parser(sub, parse_define: Callable[[str], tuple[str, object]]) -> a
                    "GPU runtime is available")
     t.add_argument("--verifier", choices=("auto", "analysis", "interp"), default="auto",
                    help="auto: the static verifier when installed, then the interpreter at small shapes")
-    t.add_argument("--max-repairs", type=int, default=2, help="repair attempts per step after a rejection")
-    t.add_argument("--timeout", type=float, default=120.0, help="seconds one evaluation may take (child process)")
-    t.add_argument("--verify-timeout", type=float, default=30.0,
+    t.add_argument("--max-repairs", type=nonnegative, default=2, help="repair attempts per step after a rejection")
+    t.add_argument("--timeout", type=_seconds, default=120.0,
+                   help="seconds one evaluation (and one gate interpreter run) may take, in a child process")
+    t.add_argument("--verify-timeout", type=_seconds, default=30.0,
                    help="seconds the static verifier may take per candidate; past it the verdict is unknown")
+    t.add_argument("--memory-limit", type=_size, default=DEFAULT_MEMORY, metavar="SIZE",
+                   help=f"memory budget of each verifier, interpreter and CPU evaluation child (default "
+                   f"{format_bytes(DEFAULT_MEMORY)}; the GPU evaluator's child is bounded by --timeout only)")
     return t
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_memory(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def cmd_tune(args) -> int:
@@ -61,10 +82,9 @@ def cmd_tune(args) -> int:
     if not path.is_file():
         print(f"argus tune: no such file: {args.file}", file=sys.stderr)
         return EXIT_USAGE
-    if args.budget < 0:
-        print("argus tune: --budget must be >= 0", file=sys.stderr)
-        return EXIT_USAGE
-    source = path.read_text()
+    from argus.files import read_source
+
+    source = read_source(path)
     defines = dict(args.define or [])
     declared = declared_params(source)
     params = {k: v for k, v in defines.items() if k in declared}
@@ -92,7 +112,7 @@ def cmd_tune(args) -> int:
                      targets=tuple(targets) if targets else None, checks=tuple(checks) if checks else None,
                      resume=args.resume, evaluator=args.evaluator, verifier=args.verifier,
                      max_repairs=args.max_repairs, timeout_s=args.timeout, verify_timeout_s=args.verify_timeout,
-                     source=source)
+                     memory_bytes=args.memory_limit, source=source)
 
     def progress(line: str) -> None:
         print(line, flush=True)

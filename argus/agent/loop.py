@@ -29,6 +29,7 @@ from argus.agent.record import RunRecord
 from argus.agent.referee import Evaluation, Referee, RefereeConfig
 from argus.agent.rewrites import Env
 from argus.agent.shapes import default_checks, default_targets, fixed_dims
+from argus.limits import DEFAULT_MEMORY
 
 
 class TuneError(RuntimeError):
@@ -54,6 +55,7 @@ class TuneConfig:
     timeout_s: float = 120.0  # one evaluation (child process)
     verify_timeout_s: float = 30.0  # one static-verifier run; past it the outcome is "unknown"
     hidden_shapes: int = 2
+    memory_bytes: int | None = DEFAULT_MEMORY  # each verifier / interpreter / CPU evaluation child
     source: str | None = None  # the program text (default: read from file)
 
 

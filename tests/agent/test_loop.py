@@ -80,7 +80,12 @@ def test_cli_tune(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra,err", [(["--shapes", "1,2"], "give 3 sizes"), (["-D", "NOPE=3"], "NOPE"),
-                                       (["--budget", "-1"], "budget")])
+                                       (["--budget", "-1"], "budget"), (["--seed", "-1"], "seed"),
+                                       (["--timeout", "nan"], "timeout"), (["--memory-limit", "lots"], "memory")])
 def test_cli_tune_rejects_bad_arguments(tmp_path, capsys, extra, err):
-    assert main(["tune", str(h.GEMM), "--out", str(tmp_path / "x"), *extra]) == 2
+    try:
+        code = main(["tune", str(h.GEMM), "--out", str(tmp_path / "x"), *extra])
+    except SystemExit as e:  # argparse's own checks
+        code = e.code
+    assert code == 2
     assert err in capsys.readouterr().err
