@@ -222,11 +222,8 @@ def _check_layer(args, layer) -> int:
     return EXIT_OK
 
 
-MAX_VERIFY_STEPS = 256  # loop steps the symbolic verifier walks when -D fixes a trip count
-
-
 def _check_one(args, module) -> int:
-    from argus.interp.budget import check_dims, loop_steps
+    from argus.interp.budget import MAX_VERIFY_STEPS, check_dims, loop_steps
     from argus.ir.build import build_kernel, select_kernel
     from argus.ir.printer import kernel as print_kernel
 

@@ -55,6 +55,7 @@ def tensor_bytes(kernel: ir.Kernel, dims: dict[str, int]) -> int:
 
 
 MAX_DIM = 2 ** 31 - 1  # index arithmetic is 32-bit on the GPU
+MAX_VERIFY_STEPS = 256  # steps of a loop with a fixed trip count that the symbolic verifier is asked to walk
 
 
 def check_dims(kernel: ir.Kernel, defines: dict[str, object]) -> None:

@@ -27,9 +27,13 @@ def naive() -> Candidate:
 def test_honest_candidate_passes_with_estimates():
     ev = referee(InterpBackend()).evaluate(naive(), seed=1)
     assert ev.ok, ev.message
-    assert [c.hidden for c in ev.checks] == [False, False, True, True]
+    assert [c.kind for c in ev.checks] == ["visible", "visible", "hidden", "hidden", "scale", "scale", "timed"]
     hidden = [c.dims for c in ev.checks if c.hidden]
     assert all(d not in [dict(s) for s in h.CHECKS] for d in hidden)
+    # unseen shapes reach the targets' scale in some dim, and the target itself is checked before timing
+    assert all(max(c.dims.values()) > 280 for c in ev.checks if c.kind == "scale")
+    (timed,) = [c for c in ev.checks if c.kind == "timed"]
+    assert timed.dims == TARGETS[0] and len(timed.sample["blocks"]) >= 3 and timed.sample["compared"] >= 100
     (t,) = ev.timings
     assert t.estimate and ev.estimate and t.median_s > t.floor_s and 50 < t.tflops < 989
     again = Evaluation.from_json(ev.to_json())
