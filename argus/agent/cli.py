@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from argus.escape import terminal
 from argus.limits import DEFAULT_MEMORY, format_bytes, parse_memory, parse_seconds
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -99,7 +100,7 @@ def cmd_tune(args) -> int:
         targets = parse_shapes(args.shapes, tuple(k.dims)) if args.shapes else None
         checks = parse_shapes(args.check_shapes, tuple(k.dims)) if args.check_shapes else None
     except ValueError as e:
-        print(f"argus tune: {e}", file=sys.stderr)
+        print(f"argus tune: {terminal(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     if targets is None and dims_given:
         if len(dims_given) != len(k.dims):
@@ -115,19 +116,20 @@ def cmd_tune(args) -> int:
                      memory_bytes=args.memory_limit, source=source)
 
     def progress(line: str) -> None:
-        print(line, flush=True)
+        print(terminal(line), flush=True)  # lines quote model replies: no escape sequences reach the terminal
 
     try:
         tuner = Tuner(cfg, progress=progress)
         res = tuner.run()
     except (TuneError, PlannerError, RecordError) as e:
-        print(f"argus tune: {e}", file=sys.stderr)
+        print(f"argus tune: {terminal(str(e))}", file=sys.stderr)
         if isinstance(e, PlannerError) and Path(out, "record.jsonl").exists():
             print(f"argus tune: the run so far is kept in {out}/record.jsonl; rerun with --resume", file=sys.stderr)
         return EXIT_ERROR
     est = " (estimates: CPU cost model)" if tuner.backend.estimate else ""
-    print(f"best: step {res.best_step}, reward {res.best_reward:+.3f}{est}")
+    proof = "" if res.best_proved else " (unproved: the verifier's verdict is unknown; tested, not proved)"
+    print(f"best: step {res.best_step}, reward {res.best_reward:+.3f}{est}{proof}")
     print(f"wrote {res.best_path}, {res.report}, {res.plot}, {res.record}")
     if res.stopped:
-        print(f"stopped early: {res.stopped}")
+        print(f"stopped early: {terminal(res.stopped)}")
     return EXIT_OK
