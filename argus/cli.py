@@ -392,6 +392,14 @@ def _write(stream, data: bytes) -> None:
         stream.write(data.decode("utf-8", errors="backslashreplace"))
 
 
+def _escaped(data: bytes) -> bytes:
+    """Text for a terminal: whatever a report quotes (source lines, compiler logs) shows control
+    characters as visible escapes (a no-op on what was escaped already)."""
+    from argus.escape import terminal
+
+    return terminal(data.decode("utf-8", errors="backslashreplace")).encode()
+
+
 def _bounded(args) -> int:
     """check / run / build in a child process under --time-limit and --memory-limit."""
     from argus.agent.isolate import run_isolated
@@ -401,6 +409,9 @@ def _bounded(args) -> int:
     r = run_isolated(_captured, args, timeout_s=limits.time_s, memory_bytes=limits.memory_bytes)
     if r.status == "ok":
         code, out, err = r.value
+        if not (args.command == "build" and args.output == "-"):  # a cubin on stdout stays bytes
+            out = _escaped(out)
+        err = _escaped(err)
         try:
             _write(sys.stdout, out)
             _write(sys.stderr, err)

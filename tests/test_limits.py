@@ -148,3 +148,21 @@ def test_limit_values() -> None:
     for bad in ("0", "-1", "nan", "inf", "1e9"):
         with pytest.raises(ValueError):
             parse_seconds(bad)
+
+
+def test_verifier_reports_quoting_source_lines_are_escaped_too(tmp_path: Path, capsys) -> None:
+    """A violation report quotes its source lines (argus.analysis renders them): the CLI escapes them."""
+    evil = "  # \x1b[31m\x9b2J\n"
+    f = variant(tmp_path, "bad.arg", ("   # out-of-range elements skipped\n", evil),
+                ("pipeline(cdiv(K, BK), stages=STAGES)", "pipeline(cdiv(K, BK) - 1, stages=STAGES)"))
+    code, out, err = run(capsys, "check", f, "--no-replay")
+    assert code == 1 and "\\x1b[31m" in out + err  # the line was quoted...
+    assert "\x1b" not in out + err and "\x9b" not in out + err  # ...escaped
+
+
+def test_every_line_the_command_prints_is_escaped(tmp_path: Path, capsys) -> None:
+    """Even text printed outside the diagnostics renderer (here: the file name in the summary line)."""
+    f = tmp_path / "k\x1b]0;owned\x07.arg"
+    f.write_text(GEMM_TEXT)
+    code, out, _ = run(capsys, "check", str(f), "--no-verify")
+    assert code == 0 and "\\x1b]0;owned\\x07.arg" in out and "\x1b" not in out and "\x07" not in out

@@ -215,14 +215,15 @@ def timed_check(backend: Backend, compiled, ref, cand, refs, dims: dict[str, int
         names = refs.sliceable(o, probe, rng)
         axes = {d: [i for i, x in enumerate(ref.tensor(o).dims) if x == d] for d in names}
         live = written[o] if written is not None else None
-        if live is None:  # the whole output ran: poison left anywhere is checked at its own indices too
-            bad = np.argwhere(~_written(out))[:4]
-            cands = {d: np.concatenate([rng.integers(0, dims[d], 64), bad[:, axes[d][0]], [0, dims[d] - 1]])
-                     for d in names}
+        if live is None:
+            cands = {d: np.concatenate([rng.integers(0, dims[d], 64), [0, dims[d] - 1]]) for d in names}
         else:
             cands = {d: np.nonzero(live.any(axis=tuple(i for i in range(out.ndim) if i != axes[d][0])))[0]
                      for d in names}
         select = choose_indices(cands, dims, refs, rng)
+        if select is not None and live is None:  # the whole grid ran: poison left anywhere is sampled too
+            bad = np.argwhere(~_written(out))[:4]
+            select = {d: np.union1d(ix, bad[:, axes[d][0]]) for d, ix in select.items()}
         if select is None:
             return {**base, "ok": False, "verdict": "unchecked", "sample": info,
                     "error": f"{o}: the reference is too large to sample at this shape, so the referee cannot "

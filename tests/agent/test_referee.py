@@ -83,3 +83,44 @@ def test_isolation_reports_errors_and_values():
     assert r.status == "error" and "ValueError" in r.error
     r = run_isolated(os._exit, 3, timeout_s=10)
     assert r.status == "fault" and r.exitcode == 3
+
+
+class WholeGridBackend(InterpBackend):
+    """The GPU's way of checking a timed shape (the whole grid runs), on the CPU."""
+
+    partial = False
+
+
+class PoisonAtTargetBackend(WholeGridBackend):
+    """Leaves one element of the output unwritten, only at the (unseen before) target shape."""
+
+    def execute(self, compiled, arrays, dims, scalars, blocks=None):
+        out = super().execute(compiled, arrays, dims, scalars, blocks)
+        if dims == SMALL_TARGET:
+            out["C"][-1, -2] = float("nan")
+        return out
+
+
+SMALL_TARGET = {"M": 512, "N": 320, "K": 256}
+
+
+def test_whole_grid_timed_check_samples_leftover_poison():
+    start = naive()
+    cfg = RefereeConfig(h.CHECKS, (SMALL_TARGET,), hidden=0, scale=0, timeout_s=60)
+    ev = Referee(WholeGridBackend(), start, cfg).evaluate(start, seed=2)
+    assert ev.ok, ev.message
+    (timed,) = [c for c in ev.checks if c.kind == "timed"]
+    assert "blocks" not in timed.sample and timed.sample["compared"] >= 100
+    ev = Referee(PoisonAtTargetBackend(), start, cfg).evaluate(start, seed=2)
+    assert ev.status == "wrong" and "the target shape M=512,N=320,K=256" in ev.message and "C[511, 318]" in ev.message
+
+
+def test_the_cost_model_refuses_to_time_an_unchecked_shape():
+    from argus.agent.backend import Unchecked, shape_key
+
+    b = InterpBackend()
+    c = b.compile(naive().source, naive().defines, None)
+    with pytest.raises(Unchecked):
+        b.time(c, TARGETS[0], seed=0, reps=1, input_sets=1)
+    c.checked.add(shape_key(TARGETS[0]))
+    assert b.time(c, TARGETS[0], seed=0, reps=1, input_sets=1).estimate
