@@ -245,9 +245,13 @@ def _check_one(args, module) -> int:
     if steps > MAX_VERIFY_STEPS:
         fixed = ", ".join(f"{d}={defines[d]}" for d in k.dims if d in defines)
         line = f" at line {where.line}" if where else ""
-        note = (f"not attempted: the loop{line} runs {steps} steps at {fixed}, and the verifier walks a loop whose "
-                f"trip count -D fixes step by step (at most {MAX_VERIFY_STEPS}); leave the dims symbolic (no -D for "
-                "them) and it covers every size up to 65536 at once")
+        if fixed:
+            note = (f"not attempted: the loop{line} runs {steps} steps at {fixed}, and the verifier walks a loop whose "
+                    f"trip count -D fixes step by step (at most {MAX_VERIFY_STEPS}); leave the dims symbolic (no -D "
+                    "for them) and it covers every size up to 65536 at once")
+        else:
+            note = (f"not attempted: the loop{line} has a fixed trip count of {steps} steps, and the verifier walks "
+                    f"such a loop step by step (at most {MAX_VERIFY_STEPS})")
         return _unknown_report(args, k.name, note, time.perf_counter() - t0)
     from argus.analysis import VERIFIED, VIOLATED, verify
     from argus.analysis.render import render_report

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -108,6 +109,9 @@ def cmd_tune(args) -> int:
             return EXIT_USAGE
         targets = [dims_given]
     out = args.out or f"tune-{path.stem}"
+    if os.path.lexists(out) and not os.path.isdir(out):
+        print(f"argus tune: --out {terminal(out)} exists and is not a folder", file=sys.stderr)
+        return EXIT_USAGE
     cfg = TuneConfig(file=str(path), out_dir=out, budget=args.budget, planner=args.planner, model=args.model,
                      seed=args.seed, params=params, kernel=args.kernel,
                      targets=tuple(targets) if targets else None, checks=tuple(checks) if checks else None,

@@ -117,8 +117,11 @@ class RunRecord:
     @staticmethod
     def create(path: str | Path, header: dict[str, Any]) -> RunRecord:
         p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        lock = _Lock(p)
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            lock = _Lock(p)
+        except OSError as e:
+            raise RecordError(f"cannot create the run record {p}: {e.strerror or e}") from None
         try:
             if os.path.lexists(p) and (p.is_symlink() or not p.is_file() or p.stat().st_size > 0):
                 raise RecordError(f"{p} already holds a run: pass --resume to continue it, or choose another --out")
@@ -197,7 +200,10 @@ class RunRecord:
         p = Path(path)
         if not os.path.lexists(p):
             raise RecordError(f"no run record at {p}")
-        lock = _Lock(p)
+        try:
+            lock = _Lock(p)
+        except OSError as e:
+            raise RecordError(f"cannot lock the run record {p}: {e.strerror or e}") from None
         try:
             r = RunRecord.load(p, lock)
             diff = [k for k in IDENTITY if r.header.get(k) != header.get(k)]

@@ -81,7 +81,8 @@ def test_cli_tune(tmp_path, capsys):
 
 @pytest.mark.parametrize("extra,err", [(["--shapes", "1,2"], "give 3 sizes"), (["-D", "NOPE=3"], "NOPE"),
                                        (["--budget", "-1"], "budget"), (["--seed", "-1"], "seed"),
-                                       (["--timeout", "nan"], "timeout"), (["--memory-limit", "lots"], "memory")])
+                                       (["--timeout", "nan"], "timeout"), (["--memory-limit", "lots"], "memory"),
+                                       (["--out", "/dev/null"], "not a folder")])
 def test_cli_tune_rejects_bad_arguments(tmp_path, capsys, extra, err):
     try:
         code = main(["tune", str(h.GEMM), "--out", str(tmp_path / "x"), *extra])
