@@ -11,8 +11,9 @@ import os
 import sys
 import time
 
+from argus.cliargs import add_limit_options, nonnegative, positive
 from argus.dsl.diagnostics import ArgusError, Diagnostic, render_all
-from argus.limits import DEFAULT_MEMORY, DEFAULT_TIME_S, Limits, format_bytes, parse_memory, parse_seconds
+from argus.limits import DEFAULT_MEMORY, DEFAULT_TIME_S, Limits, format_bytes
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -62,44 +63,6 @@ def _defines(args) -> dict[str, object]:
     return dict(args.define or [])
 
 
-def _nonnegative(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if not 0 <= v < 2 ** 63:
-        raise argparse.ArgumentTypeError(f"'{text}': give an integer from 0 to 2**63 - 1")
-    return v
-
-
-def _positive(text: str) -> int:
-    v = _nonnegative(text)
-    if v == 0 or v > 1_000_000:
-        raise argparse.ArgumentTypeError(f"'{text}': give an integer from 1 to 1000000")
-    return v
-
-
-def _limit(parse):
-    def f(text: str):
-        try:
-            return parse(text)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    return f
-
-
-def add_limit_options(p: argparse.ArgumentParser, time_help: bool = True) -> None:
-    """--time-limit / --memory-limit: the budget of the child process that does the work."""
-    if time_help:
-        p.add_argument("--time-limit", type=_limit(parse_seconds), default=DEFAULT_TIME_S, metavar="SECONDS",
-                       help=f"wall-clock budget for the whole command (default {DEFAULT_TIME_S:.0f}); past it the "
-                       "work is stopped: check reports unknown (exit 2), run and build an error (exit 1)")
-    p.add_argument("--memory-limit", type=_limit(parse_memory), default=DEFAULT_MEMORY, metavar="SIZE",
-                   help=f"memory budget on top of what Argus itself uses (default {format_bytes(DEFAULT_MEMORY)}; "
-                   "e.g. 512M, 16G); interpreter work that cannot fit is refused up front, and an allocation past "
-                   "it stops the command cleanly. Not applied to GPU runs (a CUDA context maps more address space)")
-
-
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="an Argus source file (.arg)")
     p.add_argument("-D", dest="define", action="append", type=parse_define, metavar="NAME=VALUE",
@@ -142,9 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--bench", action="store_true",
                        help="run on the GPU, then time the kernel (CUDA events, median, L2-rotated inputs) and the "
                        "library baseline (cuBLAS for a GEMM reference) in the same process")
-    r.add_argument("--iters", type=_positive, default=30, help="timed launches per kernel with --bench (default 30)")
+    r.add_argument("--iters", type=positive, default=30, help="timed launches per kernel with --bench (default 30)")
     r.add_argument("--arch", default=None, help="GPU architecture (default: the GPU's)")
-    r.add_argument("--seed", type=_nonnegative, default=None, help="random seed for the inputs (default: fresh)")
+    r.add_argument("--seed", type=nonnegative, default=None, help="random seed for the inputs (default: fresh)")
     b = sub.add_parser("build", help="generate CUDA C++, compile it with NVRTC, report registers/smem/spills",
                        description="Lower FILE to the IR, generate CUDA C++ (with #line directives to FILE), "
                        "compile it with NVRTC to a cubin (disk-cached) and print each kernel's registers, shared "
@@ -158,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--force", action="store_true", help="replace an existing output file")
     from argus.agent.cli import add_tune_parser
 
-    add_tune_parser(sub, parse_define, _nonnegative, _positive)
+    add_tune_parser(sub, parse_define)
     return p
 
 

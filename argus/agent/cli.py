@@ -8,21 +8,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from argus.cliargs import nonnegative, seconds, size
 from argus.escape import terminal
-from argus.limits import DEFAULT_MEMORY, format_bytes, parse_memory, parse_seconds
+from argus.limits import DEFAULT_MEMORY, format_bytes
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 
-def _seconds(text: str) -> float:
-    try:
-        return parse_seconds(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def add_tune_parser(sub, parse_define: Callable[[str], tuple[str, object]], nonnegative: Callable[[str], int],
-                    positive: Callable[[str], int]) -> argparse.ArgumentParser:
+def add_tune_parser(sub, parse_define: Callable[[str], tuple[str, object]]) -> argparse.ArgumentParser:
     t = sub.add_parser(
         "tune", help="optimise a kernel: planner proposes, verifier checks, referee times, reward = log speedup",
         description="Start from FILE (with -D params) and, for --budget steps, let a planner propose a change "
@@ -55,21 +48,14 @@ def add_tune_parser(sub, parse_define: Callable[[str], tuple[str, object]], nonn
     t.add_argument("--verifier", choices=("auto", "analysis", "interp"), default="auto",
                    help="auto: the static verifier when installed, then the interpreter at small shapes")
     t.add_argument("--max-repairs", type=nonnegative, default=2, help="repair attempts per step after a rejection")
-    t.add_argument("--timeout", type=_seconds, default=120.0,
+    t.add_argument("--timeout", type=seconds, default=120.0,
                    help="seconds one evaluation (and one gate interpreter run) may take, in a child process")
-    t.add_argument("--verify-timeout", type=_seconds, default=30.0,
+    t.add_argument("--verify-timeout", type=seconds, default=30.0,
                    help="seconds the static verifier may take per candidate; past it the verdict is unknown")
-    t.add_argument("--memory-limit", type=_size, default=DEFAULT_MEMORY, metavar="SIZE",
+    t.add_argument("--memory-limit", type=size, default=DEFAULT_MEMORY, metavar="SIZE",
                    help=f"memory budget of each verifier, interpreter and CPU evaluation child (default "
                    f"{format_bytes(DEFAULT_MEMORY)}; the GPU evaluator's child is bounded by --timeout only)")
     return t
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_memory(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def cmd_tune(args) -> int:

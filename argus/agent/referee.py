@@ -268,12 +268,11 @@ def trial(backend: Backend, source: str, defines: dict, kernel: str | None, ref_
                              full_check(backend, compiled, ref, dims, kind, np.random.default_rng([seed, i])))
         if not out["checks"][-1]["ok"]:
             return out  # no point timing a wrong kernel
-    refs = SlicedReference(ref, {})
     probe = checks[0][0] if checks else {d: 64 for d in ref.dims}
+    refs = SlicedReference(ref, resolve_scalars(ref, probe))  # scalar arguments: their defaults
     for j, dims in enumerate(times):
         rng = np.random.default_rng([seed, 7919, j])
         broken = broken_assumes(cand, dims, resolve_scalars(ref, dims))
-        refs.scalars = resolve_scalars(ref, dims)
         out["checks"].append(_refused(dims, "timed", broken[0]) if broken else
                              timed_check(backend, compiled, ref, cand, refs, dims, probe, rng, sample_blocks))
         if not out["checks"][-1]["ok"]:

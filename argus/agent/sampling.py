@@ -45,14 +45,14 @@ def big_inputs(kernel: ir.Kernel, dims: dict[str, int], rng: np.random.Generator
 
 def sample_blocks(grid: tuple[int, ...], rng: np.random.Generator, n: int) -> list[tuple[int, ...]]:
     """Up to max(n, axes + 1) distinct blocks: the first, the last along each axis, the very last, then random."""
-    axes = [g for g in grid if g > 1] and list(grid)
+    axes = sum(1 for g in grid if g > 1)
     first = tuple(0 for _ in grid)
     picks = [first, tuple(g - 1 for g in grid)]
     for i, g in enumerate(grid):
         if g > 1:
             picks.append(tuple(g - 1 if j == i else 0 for j in range(len(grid))))
     total = math.prod(grid)
-    while len(set(picks)) < min(total, max(n, len(axes) + 1)):
+    while len(set(picks)) < min(total, max(n, axes + 1)):
         picks.append(tuple(int(rng.integers(0, g)) for g in grid))
     out: list[tuple[int, ...]] = []
     for b in picks:

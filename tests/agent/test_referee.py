@@ -124,3 +124,15 @@ def test_the_cost_model_refuses_to_time_an_unchecked_shape():
         b.time(c, TARGETS[0], seed=0, reps=1, input_sets=1)
     c.checked.add(shape_key(TARGETS[0]))
     assert b.time(c, TARGETS[0], seed=0, reps=1, input_sets=1).estimate
+
+
+def test_sampled_blocks_include_the_edges():
+    import numpy as np
+
+    from argus.agent.sampling import sample_blocks
+
+    rng = np.random.default_rng(0)
+    assert set(sample_blocks((64, 64), rng, 3)) >= {(0, 0), (63, 63), (63, 0), (0, 63)}
+    assert sample_blocks((1,), rng, 3) == [(0,)]
+    picks = sample_blocks((132,), rng, 3)
+    assert picks[:2] == [(0,), (131,)] and len(picks) == 3 and len(set(picks)) == 3
