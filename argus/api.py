@@ -1,78 +1,121 @@
-"""The Python API: `argus.load(path, **params)` and `@argus.kernel`."""
+"""The Python API: `argus.load(path, **params)`, `@argus.kernel`, and what a `Kernel` does.
+
+    k = argus.load("examples/gemm.arg", BM=64)   # or @argus.kernel on a def in a .py file
+    ir = k.lower(M=256, N=256, K=128)           # front end + lowering (raises ArgusError, located)
+    v = k.verify(M=256, N=256, K=128)           # the Z3 verifier: v.status, v.findings, v.to_json()
+    k(A, B, C)                                  # NumPy arrays: the interpreter, in place;
+                                                # torch / cupy CUDA arrays: compiled and launched
+"""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from argus.dsl import ast
-from argus.dsl.diagnostics import error
-from argus.dsl.embed import module_from_path, source_of_function
+from argus.dsl.embed import function_text
+from argus.dsl.parser import parse
 from argus.ir import nodes as ir
 from argus.ir.build import build_kernel, select_kernel
 
+if TYPE_CHECKING:
+    from argus.codegen.compile import Built
+    from argus.runtime.launch import GpuKernel
+    from argus.verification import Verification
+
 
 class Kernel:
-    """A parsed kernel with bound compile-time parameters."""
+    """A parsed kernel with bound compile-time parameters (`params`); dims are bound per call."""
 
-    def __init__(self, node: ast.Kernel, params: dict[str, object]):
+    def __init__(self, node: ast.Kernel, params: dict[str, object], text: str | None = None):
         self.node = node
         self.params = dict(params)
+        self.text = text  # its Argus source text (for `argus tune`), when known
 
     @property
     def name(self) -> str:
         return self.node.name
 
+    def __repr__(self) -> str:
+        s = self.node.span
+        params = "".join(f", {k}={v!r}" for k, v in self.params.items())
+        return f"<argus.Kernel {self.name} at {s.path}:{s.line}{params}>"
+
     def with_params(self, **params) -> Kernel:
-        return Kernel(self.node, {**self.params, **params})
+        return Kernel(self.node, {**self.params, **params}, self.text)
 
     def lower(self, **dims) -> ir.Kernel:
-        """The IR after the pass pipeline (raises ArgusError on any error)."""
+        """Front end and lowering: parse-time checks, semantic checks, lowering to the IR and the pass
+        pipeline (pipelines expanded, layouts assigned), with `dims` (and params) bound. Returns the IR;
+        proves nothing (that is `verify`). Raises ArgusError, whose str() is the located diagnostic."""
         return build_kernel(self.node, {**self.params, **dims})
 
-    def check(self) -> ir.Kernel:
-        return self.lower()
+    def check(self, **dims) -> ir.Kernel:
+        """Deprecated name of `lower` (it lowers; it does not run the verifier: use `verify`)."""
+        warnings.warn("Kernel.check() lowers the kernel and proves nothing: call lower() for the IR or "
+                      "verify() for the verifier's report", DeprecationWarning, stacklevel=2)
+        return self.lower(**dims)
 
-    def interpret(self, **arrays: np.ndarray) -> None:
-        """Run in the NumPy interpreter over `arrays` (outputs written in place); dims come from shapes."""
+    def verify(self, *, replay: bool = True, **dims) -> Verification:
+        """Prove the kernel's invariants and hazard checks with Z3 (argus.analysis.verify), as `argus check`
+        does, with `dims` fixed (unfixed dims range over 1..65536). Returns a Verification: `status`
+        ("verified" | "violated" | "unknown"), `results` (per check: status and seconds), `findings`
+        (with counterexamples and their interpreter replay, unless `replay=False`), `report` (the
+        argus.analysis Report), and `to_json()` -- the record `argus check --format json` prints."""
+        from argus.verification import verify_kernel
+
+        return verify_kernel(self.node, {**self.params, **dims}, file=self.node.span.path, replay=replay)
+
+    def interpret(self, *, convert: bool = False, **arrays: Any) -> None:
+        """Run in the NumPy interpreter over `arrays` (outputs written in place); dims come from shapes.
+
+        Arrays must have the interpreter's dtype (float32 for bf16/f16/f32 and fp8, float16 also for f16,
+        else the declared type) and be C-contiguous; `convert=True` runs on converted copies instead
+        (rounded to the declared type) and copies the outputs back."""
         from argus.interp.machine import execute
+        from argus.runtime.arguments import bind_arguments, validate_host
 
-        k = self.lower()
-        dims: dict[str, int] = {}
-        for t in k.tensors:
-            if t.name not in arrays:
-                raise error("argument", f"missing array for argument '{t.name}'", k.span)
-            a = arrays[t.name]
-            if a.ndim != len(t.dims):
-                raise error("argument", f"argument {t.name}: expected {len(t.dims)} dimensions, got {a.ndim}",
-                            k.span)
-            for d, n in zip(t.dims, a.shape):
-                if isinstance(d, int) and d != n or isinstance(d, str) and dims.setdefault(d, n) != n:
-                    raise error("argument", f"argument {t.name}: dimension {d} is {dims.get(d, d)} elsewhere but "
-                                f"{n} here", k.span)
-        scalars = {s.name: arrays.get(s.name, s.default) for s in k.scalars}
-        execute(k, {n: arrays[n] for n in (t.name for t in k.tensors)}, dims, scalars)
+        k = self._lowered()
+        call = validate_host(k, bind_arguments(k, (), arrays), convert)
+        execute(k, call.arrays, call.dims, call.scalars)
+        call.finish()
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, convert: bool = False, stream: Any = None, **kwargs: Any) -> None:
+        """NumPy arrays run in the interpreter (`convert` as in `interpret`); CUDA arrays (torch, cupy,
+        DLPack) run on the GPU, on `stream` (default: the arrays' framework's current stream)."""
         names = [a.name for a in self.node.args]
         bound = dict(zip(names, args), **kwargs)
-        if all(isinstance(v, np.ndarray) or np.isscalar(v) for v in bound.values()):
-            return self.interpret(**bound)
-        return self.gpu()(*args, **kwargs)
+        if any(isinstance(v, np.ndarray) for v in bound.values()):
+            return self.interpret(convert=convert, **bound)
+        if convert:
+            raise TypeError("convert=True applies to NumPy arrays (the interpreter); GPU arrays are never converted")
+        from argus.runtime.arguments import bind_arguments, validate
+
+        k = self._lowered()
+        _, _, device = validate(k, bind_arguments(k, args, kwargs))  # argument errors before any compile
+        return self.gpu(device)(*args, stream=stream, **kwargs)
+
+    def _lowered(self) -> ir.Kernel:
+        """The IR with only the params bound (dims come from each call's arrays), lowered once."""
+        if "_ir" not in self.__dict__:
+            self.__dict__["_ir"] = self.lower()
+        return self.__dict__["_ir"]
 
     # ---- GPU (torch / cupy / DLPack arrays) ----
-    def build(self, arch: str | None = None, want: str = "cubin"):
+    def build(self, arch: str | None = None, want: str = "cubin") -> Built:
         """CUDA C++ generated from the IR and compiled with NVRTC (disk-cached): argus.codegen.compile.Built."""
         from argus.codegen.compile import build, target_arch
 
         key = (target_arch(arch), want)
         cache = self.__dict__.setdefault("_built", {})
         if key not in cache:
-            cache[key] = build(self.lower(), arch=key[0], want=want)
+            cache[key] = build(self._lowered(), arch=key[0], want=want)
         return cache[key]
 
-    def gpu(self, device: int = 0):
+    def gpu(self, device: int = 0) -> GpuKernel:
         """The kernel loaded on CUDA device `device` (compiled for its architecture on first use);
         call it with arrays to launch, or use `.prepare(...)` for a reusable launch."""
         from argus.codegen.nvrtc import detect_arch
@@ -85,12 +128,17 @@ class Kernel:
 
 
 def load(path: str | Path, kernel_name: str | None = None, **params) -> Kernel:
-    return Kernel(select_kernel(module_from_path(path), kernel_name), params)
+    """The kernel `kernel_name` (default: the first) of an Argus file (.arg) or of a Python file (.py,
+    imported) holding @argus.kernel definitions, with `params` bound on top of the file's own."""
+    from argus.sources import load_source
+
+    src = load_source(path).select(kernel_name)
+    return Kernel(src.node, src.defines(params), src.text)
 
 
 def kernel(fn=None, **params):
     """Decorator: `@argus.kernel` or `@argus.kernel(BM=64)` on a def whose body is Argus source."""
     def wrap(f):
-        module, _ = source_of_function(f)
-        return Kernel(select_kernel(module, f.__name__), params)
+        text, path = function_text(f)
+        return Kernel(select_kernel(parse(text, path, register=False), f.__name__), params, text)
     return wrap(fn) if fn is not None else wrap

@@ -1,4 +1,4 @@
-"""The `argus` command line: check and run kernels (build and tune arrive with code generation)."""
+"""The `argus` command line: check, build, run and tune kernels of a .arg or .py file."""
 
 from __future__ import annotations
 
@@ -64,12 +64,14 @@ def _defines(args) -> dict[str, object]:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="an Argus source file (.arg)")
+    p.add_argument("file", help="an Argus source file (.arg), or a Python file (.py) of @argus.kernel definitions "
+                   "(imported: its module-level code runs)")
     p.add_argument("-D", dest="define", action="append", type=parse_define, metavar="NAME=VALUE",
                    help="set a compile-time parameter or a runtime dimension (repeatable), e.g. -D BM=64 -D M=4096")
-    p.add_argument("--kernel", help="which kernel of the file (default: the first)")
+    p.add_argument("--kernel", help="which kernel of the file (default: check and build take every kernel, run "
+                   "the first)")
     p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="output format; json diagnostics follow the schema in README.md")
+                   help="output format; the JSON records are documented (and versioned) in docs/json.md")
     add_limit_options(p)
 
 
@@ -109,15 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--arch", default=None, help="GPU architecture (default: the GPU's)")
     r.add_argument("--seed", type=nonnegative, default=None, help="random seed for the inputs (default: fresh)")
     b = sub.add_parser("build", help="generate CUDA C++, compile it with NVRTC, report registers/smem/spills",
-                       description="Lower FILE to the IR, generate CUDA C++ (with #line directives to FILE), "
-                       "compile it with NVRTC to a cubin (disk-cached) and print each kernel's registers, shared "
-                       "memory, stack frame and spills. --emit picks the artefact written to -o.")
+                       description="Lower each kernel of FILE (or the one --kernel names) to the IR, generate "
+                       "CUDA C++ (with #line directives to FILE), compile it with NVRTC to a cubin (disk-cached) and "
+                       "print each kernel's registers, shared memory, stack frame and spills. --emit picks the "
+                       "artefact written to -o (a folder when FILE holds several kernels).")
     _common(b)
     b.add_argument("--emit", choices=("cuda", "ptx", "cubin"), default="cubin", help="artefact to write")
     b.add_argument("--arch", default=None, help="target, e.g. sm_90a or sm_80 (default: the GPU's, else sm_90a)")
     b.add_argument("-o", "--output", default=None,
-                   help="output path (default: KERNEL.cu / .ptx / .cubin in the current directory; - for stdout); "
-                   "never written through a symbolic link")
+                   help="output path, or folder for several kernels (default: KERNEL.cu / .ptx / .cubin in the current "
+                   "directory; - for stdout); never written through a symbolic link")
     b.add_argument("--force", action="store_true", help="replace an existing output file")
     from argus.agent.cli import add_tune_parser
 
@@ -128,135 +131,117 @@ def build_parser() -> argparse.ArgumentParser:
 EXIT_UNKNOWN = 2
 
 
+def defines_for(node, defines: dict[str, object]) -> dict[str, object]:
+    """In a file of several kernels, -D applies to the kernels (and layers) with that parameter or dim."""
+    from argus.dsl import ast
+
+    own = {s.name for s in node.body if isinstance(s, ast.Param)} | {a.name for a in node.args} | \
+        {d for a in node.args if a.dims for d in a.dims if isinstance(d, str)}
+    return {n: v for n, v in defines.items() if n in own}
+
+
 def cmd_check(args) -> int:
     """One kernel (--kernel, or a file holding one); a file of several kernels checks each in turn:
-    the exit status is the worst of theirs (violated > unknown > verified). The file is parsed once."""
-    from argus.dsl.parser import parse_file
+    the exit status is the worst of theirs (violated > unknown > verified). The file is read and parsed
+    once (argus.sources.load_source)."""
+    from argus.records import file_record
+    from argus.sources import load_source
 
-    module = parse_file(args.file)
-    if args.kernel is not None and any(g.name == args.kernel for g in module.layers):
-        return _check_layer(args, module.layer(args.kernel))
-    if args.kernel is None:
-        kernels = module.kernels
-        if len(kernels) > 1 or module.layers:
-            import copy
-
-            from argus.dsl import ast
-
-            codes, reports = [], []
-            items = [(kn, lambda sub: _check_one(sub, module)) for kn in kernels] + \
-                [(g, lambda sub, g=g: _check_layer(sub, g)) for g in module.layers]
-            for item, check in items:
-                sub = copy.copy(args)
-                sub.kernel = item.name
-                # -D applies to the kernels (and layers) that have that parameter or dimension
-                own = {s.name for s in item.body if isinstance(s, ast.Param)} | {a.name for a in item.args} | \
-                    {d for a in item.args if a.dims for d in a.dims if isinstance(d, str)}
-                sub.define = [(n, v) for n, v in (args.define or []) if n in own]
-                if args.format == "json":
-                    buf = io.StringIO()
-                    with contextlib.redirect_stdout(buf):
-                        codes.append(check(sub))
-                    reports.append(json.loads(buf.getvalue()))
-                else:
-                    codes.append(check(sub))
-            worst = EXIT_ERROR if EXIT_ERROR in codes else EXIT_UNKNOWN if EXIT_UNKNOWN in codes else max(codes)
-            if args.format == "json":
-                status = {EXIT_OK: "ok" if args.no_verify else "verified", EXIT_ERROR: "violated"}.get(worst, "unknown")
-                print(json.dumps({"file": args.file, "status": status, "kernels": reports}, indent=2, default=str))
-            return worst
-    return _check_one(args, module)
+    src = load_source(args.file)
+    defines = _defines(args)
+    if args.kernel is not None and any(g.name == args.kernel for g in src.layers):
+        code, rec = _check_layer(args, next(g for g in src.layers if g.name == args.kernel), defines)
+    elif args.kernel is not None or (len(src.kernels) <= 1 and not src.layers):  # none: select's error
+        code, rec = _check_one(args, src.select(args.kernel), defines)
+    else:
+        codes, recs = [], []
+        items = [(k.node, lambda d, k=k: _check_one(args, k, d)) for k in src.kernels] + \
+            [(g, lambda d, g=g: _check_layer(args, g, d)) for g in src.layers]
+        for node, check in items:
+            code, one = check(defines_for(node, defines))
+            codes.append(code)
+            recs.append(one)
+        code = EXIT_ERROR if EXIT_ERROR in codes else EXIT_UNKNOWN if EXIT_UNKNOWN in codes else max(codes)
+        status = {EXIT_OK: "ok" if args.no_verify else "verified", EXIT_ERROR: "violated"}.get(code, "unknown")
+        rec = file_record(args.file, status, recs)
+    if args.format == "json":
+        print(json.dumps(rec, indent=2, default=str))
+    return code
 
 
-def _check_layer(args, layer) -> int:
+def _check_layer(args, layer, defines: dict[str, object]) -> tuple[int, dict]:
     """A layer has no kernel body to verify: its signature, params and reference block are checked (the
     reference is the float64 ground truth the composed kernels are tested against)."""
     from argus.dsl.check import check_layer
+    from argus.records import layer_record
 
     t0 = time.perf_counter()
-    checked = check_layer(layer, _defines(args))
+    checked = check_layer(layer, defines)
     dt = time.perf_counter() - t0
-    if args.format == "json":
-        print(json.dumps({"file": args.file, "layer": layer.name, "status": "ok", "outputs": checked.outputs,
-                          "diagnostics": [], "seconds": round(dt, 4)}, indent=2))
-    else:
+    if args.format == "text":
         print(f"{args.file}: layer '{layer.name}' ok ({dt * 1000:.0f} ms; its reference block is the float64 "
               f"ground truth of {', '.join(checked.outputs)}, nothing to verify)")
-    return EXIT_OK
+    return EXIT_OK, layer_record(args.file, layer.name, checked.outputs, dt)
 
 
-def _check_one(args, module) -> int:
-    from argus.interp.budget import MAX_VERIFY_STEPS, check_dims, loop_steps
-    from argus.ir.build import build_kernel, select_kernel
+def _check_one(args, src, defines: dict[str, object]) -> tuple[int, dict]:
+    """Check one kernel (a argus.sources.KernelSource); text output is printed here, the JSON record
+    returned. -D values override the params a .py decorator binds. The verification (argus.verification,
+    as Kernel.verify) checks the dims, declines loops too long to walk and turns a RecursionError into
+    unknown; this whole command runs in the bounded child (see _bounded)."""
+    from argus.interp.budget import check_dims
     from argus.ir.printer import kernel as print_kernel
+    from argus.records import lowered_record
 
-    t0 = time.perf_counter()
-    defines = _defines(args)
-    k = build_kernel(select_kernel(module, args.kernel), defines)
-    check_dims(k, defines)
-    dt = time.perf_counter() - t0
-    if args.emit_ir and args.format == "text":
-        print(print_kernel(k), end="")
+    defines = src.defines(defines)
     if args.no_verify:
-        if args.format == "json":
-            print(json.dumps({"file": args.file, "kernel": k.name, "status": "ok", "diagnostics": [],
-                              "seconds": round(dt, 4)}, indent=2))
-        else:
+        t0 = time.perf_counter()
+        k = src.build(defines)
+        check_dims(k, defines)
+        dt = time.perf_counter() - t0
+        if args.emit_ir and args.format == "text":
+            print(print_kernel(k), end="")
+        if args.format == "text":
             print(f"{args.file}: kernel '{k.name}' ok ({dt * 1000:.0f} ms, not verified)")
-        return EXIT_OK
-    steps, where = loop_steps(k, {d: int(v) for d, v in defines.items() if d in k.dims})
-    if steps > MAX_VERIFY_STEPS:
-        fixed = ", ".join(f"{d}={defines[d]}" for d in k.dims if d in defines)
-        line = f" at line {where.line}" if where else ""
-        if fixed:
-            note = (f"not attempted: the loop{line} runs {steps} steps at {fixed}, and the verifier walks a loop whose "
-                    f"trip count -D fixes step by step (at most {MAX_VERIFY_STEPS}); leave the dims symbolic (no -D "
-                    "for them) and it covers every size up to 65536 at once")
-        else:
-            note = (f"not attempted: the loop{line} has a fixed trip count of {steps} steps, and the verifier walks "
-                    f"such a loop step by step (at most {MAX_VERIFY_STEPS})")
-        return _unknown_report(args, k.name, note, time.perf_counter() - t0)
-    from argus.analysis import VERIFIED, VIOLATED, verify
-    from argus.analysis.render import render_report
+        return EXIT_OK, lowered_record(args.file, k.name, dt)
+    from argus.analysis import VERIFIED, VIOLATED
+    from argus.verification import verify_kernel
 
-    try:
-        report = verify(k, defines, do_replay=not args.no_replay)
-    except RecursionError:  # deep symbolic terms (long fixed loops): the verdict is unknown, not a crash
-        return _unknown_report(args, k.name, "the verifier's symbolic terms grew too deep (RecursionError); try "
-                               "smaller fixed dims or leave them symbolic", time.perf_counter() - t0)
-    total = time.perf_counter() - t0
-    if args.format == "json":
-        j = report.to_json()
-        j.update({"file": args.file, "diagnostics": [], "seconds": round(total, 4)})
-        print(json.dumps(j, indent=2, default=str))
-    else:
-        print(render_report(report, args.timings))
+    v = verify_kernel(src.node, defines, file=args.file, replay=not args.no_replay)
+    if args.format == "text":
+        if args.emit_ir:
+            print(print_kernel(v.ir), end="")
+        print(v.render(args.timings))
         if args.timings:
-            print(f"  total {total * 1000:.0f} ms")
-    return {VERIFIED: EXIT_OK, VIOLATED: EXIT_ERROR}.get(report.status, EXIT_UNKNOWN)
-
-
-def _unknown_report(args, kernel: str, note: str, seconds: float) -> int:
-    from argus.escape import terminal
-
-    if args.format == "json":
-        print(json.dumps({"file": args.file, "kernel": kernel, "status": "unknown", "notes": [note], "checks": [],
-                          "findings": [], "diagnostics": [], "seconds": round(seconds, 4)}, indent=2))
-    else:
-        print(f"{terminal(args.file)}: kernel '{kernel}': unknown\n  note: {note}")
-    return EXIT_UNKNOWN
+            print(f"  total {v.seconds * 1000:.0f} ms")
+    return {VERIFIED: EXIT_OK, VIOLATED: EXIT_ERROR}.get(v.status, EXIT_UNKNOWN), v.to_json()
 
 
 def cmd_build(args) -> int:
+    """Every kernel of the file (or the one --kernel names), each -D going to the kernels that have it."""
     from argus.codegen.artefact import build_command
+    from argus.sources import load_source
 
-    return build_command(args.file, _defines(args), args.kernel, emit=args.emit, arch=args.arch,
-                         output=args.output, fmt=args.format, force=args.force)
+    src = load_source(args.file)
+    defines = _defines(args)
+    if args.kernel is not None or len(src.kernels) <= 1:  # none: select's error
+        kernels = [src.build(args.kernel, defines)]
+    else:
+        used = {n for k in src.kernels for n in defines_for(k.node, defines)}
+        unused = [n for n in defines if n not in used]
+        if unused:
+            raise ArgusError(Diagnostic("error", "unknown-define", f"-D {unused[0]}: no kernel of {args.file} has a "
+                                        "param or dimension of that name", None,
+                                        ("kernels: " + ", ".join(k.name for k in src.kernels),)))
+        kernels = [k.build(defines_for(k.node, defines)) for k in src.kernels]
+    return build_command(args.file, kernels, emit=args.emit, arch=args.arch, output=args.output, fmt=args.format,
+                         force=args.force)
 
 
 def cmd_run(args) -> int:
     from argus import moe
     from argus.interp.run import run_interp
+    from argus.records import run_record
 
     defines = _defines(args)
     if not args.interp:
@@ -267,13 +252,8 @@ def cmd_run(args) -> int:
     k = moe.build_for_run(args.file, defines, args.kernel)  # MoE: -D T= etc. size the routing
     res = run_interp(k, defines, seed=args.seed)
     if args.format == "json":
-        print(json.dumps({"file": args.file, "kernel": k.name, "ok": res.ok, "seconds": round(res.seconds, 4),
-                          "outputs": [{"name": c.name, "rel_error": c.rel_error, "max_abs_error": c.max_abs_error,
-                                       "tolerance": c.tolerance, "wrong_elements": c.bad,
-                                       "nonfinite": c.nonfinite, "ok": c.ok,
-                                       "first_wrong": None if c.first_bad is None else
-                                       {"index": c.first_bad[0], "value": c.first_bad[1],
-                                        "reference": c.first_bad[2]}} for c in res.checks]}, indent=2))
+        print(json.dumps(run_record(args.file, k.name, "interp", res.ok, res.dims or {}, res.seconds, res.checks),
+                         indent=2))
     else:
         dims = " ".join(f"{d}={(res.dims or defines)[d]}" for d in k.dims)
         print(f"{args.file}: kernel '{k.name}' {dims} (interpreter, {res.seconds:.2f} s)")
@@ -290,8 +270,9 @@ def _exhausted(args, what: str) -> int:
                    (f"raise it with {hint}, or give smaller dims" + ("; the verdict is unknown" if unknown else ""),))
     fmt = getattr(args, "format", "text")
     if fmt == "json":
-        print(json.dumps({"file": getattr(args, "file", None), "status": "unknown" if unknown else "error",
-                          "diagnostics": [d.to_json()]}, indent=2))
+        from argus.records import error_record
+
+        print(json.dumps(error_record(getattr(args, "file", None), [d], "unknown" if unknown else "error"), indent=2))
     else:
         print(render_all([d]), file=sys.stderr)
     return EXIT_UNKNOWN if unknown else EXIT_ERROR
@@ -307,12 +288,12 @@ def _dispatch(args) -> int:
             return cmd_tune(args)
         return {"check": cmd_check, "run": cmd_run, "build": cmd_build}[args.command](args)
     except ArgusError as exc:
-        out = render_all(exc.diagnostics, fmt)
         if fmt == "json":
-            print(json.dumps({"file": args.file, "status": "error",
-                              "diagnostics": [d.to_json() for d in exc.diagnostics]}, indent=2))
+            from argus.records import error_record
+
+            print(json.dumps(error_record(args.file, exc.diagnostics), indent=2))
         else:
-            print(out, file=sys.stderr)
+            print(render_all(exc.diagnostics), file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
@@ -325,7 +306,12 @@ def _dispatch(args) -> int:
     except RecursionError:  # bounded inputs should never get here; say what happened, not "internal error"
         d = Diagnostic("error", "nesting", "the program is nested too deeply for Argus to process (RecursionError)",
                        None, ("split deep expressions with intermediate names",))
-        print(render_all([d], fmt), file=sys.stderr if fmt == "text" else sys.stdout)
+        if fmt == "json":
+            from argus.records import error_record
+
+            print(json.dumps(error_record(getattr(args, "file", None), [d]), indent=2))
+        else:
+            print(render_all([d]), file=sys.stderr)
         return EXIT_ERROR
     except Exception as exc:  # a compiler bug: say so plainly, never dump a traceback on the user
         if os.environ.get("ARGUS_DEBUG"):

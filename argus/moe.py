@@ -238,7 +238,7 @@ def build_for_run(path, defines: dict, kernel_name: str | None):
     dimensions of that kernel (moe_up has no T): they size the routing its metadata comes from. Any
     other kernel is built with every -D, so an unknown name is still an error there."""
     from argus.dsl.diagnostics import ArgusError
-    from argus.ir.build import build_file
+    from argus.sources import build_file  # .arg or .py
 
     rest = {d: v for d, v in defines.items() if d not in ROUTING_SIZES}
     if len(rest) < len(defines):

@@ -109,11 +109,11 @@ def test_console_script_entry_point():
 
 
 def test_internal_errors_are_not_tracebacks(monkeypatch, capsys):
-    import argus.ir.build as build
+    import argus.verification as verification
 
     def boom(*a, **k):
         raise RuntimeError("simulated bug")
-    monkeypatch.setattr(build, "build_kernel", boom)
+    monkeypatch.setattr(verification, "verify_kernel", boom)
     monkeypatch.delenv("ARGUS_DEBUG", raising=False)
     code, _, err = run(capsys, "check", GEMM)
     assert code == 3 and "internal compiler error: RuntimeError: simulated bug" in err and "Traceback" not in err
@@ -128,3 +128,12 @@ def test_run_moe_kernel_with_routing_sizes(capsys):
     assert code == 0 and "ok   Hs" in out and "M=100" in out, out
     code, _, err = run(capsys, "run", GEMM, "--interp", "-D", "T=5", "-D", "M=64", "-D", "N=64", "-D", "K=64")
     assert code == 1 and "[unknown-define]" in err
+
+
+def test_a_file_without_kernels_is_a_located_error(tmp_path, capsys):
+    """Zero kernels is neither one kernel nor several: the 'no kernel' diagnostic, never an internal error."""
+    f = tmp_path / "empty.arg"
+    f.write_text("# a comment, and nothing else\n")
+    for argv in (["check"], ["check", "--format", "json"], ["build"], ["run", "--interp"]):
+        code, out, err = run(capsys, argv[0], str(f), *argv[1:])
+        assert code == 1 and "[internal]" not in out + err and "no kernel" in out + err, argv

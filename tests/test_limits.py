@@ -72,6 +72,7 @@ def test_a_check_past_its_time_limit_is_unknown(capsys) -> None:
                        limit_s=20)
     j = json.loads(out)
     assert code == 2 and j["status"] == "unknown" and j["diagnostics"][0]["code"] == "limit"
+    assert sorted(j) == ["diagnostics", "file", "schema_version", "status"]  # docs/json.md: the error record
 
 
 def test_reference_allocations(tmp_path: Path, capsys) -> None:
@@ -110,6 +111,11 @@ def test_files_that_are_not_programs(tmp_path: Path, capsys) -> None:
     os.mkfifo(fifo)
     code, _, err = run(capsys, "check", str(fifo), limit_s=20)
     assert code == 1 and "FIFO" in err
+    pyfifo = tmp_path / "k.py"  # a .py file is checked the same way before it is imported
+    os.mkfifo(pyfifo)
+    for cmd in (["check"], ["build"], ["run", "--interp"]):
+        code, _, err = run(capsys, cmd[0], str(pyfifo), *cmd[1:], limit_s=20)
+        assert code == 1 and "FIFO" in err, cmd
     raw = tmp_path / "latin1.arg"
     raw.write_bytes(GEMM_TEXT.replace("# or", "# \xe9 or").encode("latin-1"))
     code, _, err = run(capsys, "check", str(raw))

@@ -24,7 +24,8 @@ def add_tune_parser(sub, parse_define: Callable[[str], tuple[str, object]]) -> a
         "Without a GPU runtime the times come from an analytic cost model and are marked as estimates. Writes "
         "OUT/record.jsonl, OUT/<name>_tuned.arg, OUT/report.md and OUT/reward.png.",
         epilog="Exit status: 0 done, 1 a run error (kernel does not check, planner unavailable), 2 bad command line.")
-    t.add_argument("file", help="an Argus source file (.arg)")
+    t.add_argument("file", help="an Argus source file (.arg), or a Python file (.py) of @argus.kernel definitions "
+                   "(imported: its module-level code runs)")
     t.add_argument("-D", dest="define", action="append", type=parse_define, metavar="NAME=VALUE",
                    help="starting param value (repeatable), e.g. -D BM=64; giving every runtime dim (-D M=...) "
                    "makes that the target shape")
@@ -65,17 +66,20 @@ def cmd_tune(args) -> int:
     from argus.agent.shapes import parse_shapes
     from argus.agent.source import declared_params
     from argus.ir.build import build_source
+    from argus.sources import load_source
 
     path = Path(args.file)
     if not path.is_file():
-        print(f"argus tune: no such file: {args.file}", file=sys.stderr)
+        print(f"argus tune: no such file: {terminal(args.file)}", file=sys.stderr)
         return EXIT_USAGE
-    from argus.files import read_source
-
-    source = read_source(path)
+    # A .py file: the tuner rewrites the chosen kernel's Argus text (its lines of the .py), starting from the
+    # params its decorator binds; diagnostics keep the .py's line numbers. A .arg file is read through
+    # argus.files (a regular file, UTF-8, below the size limit). --budget >= 0 is checked by its type.
+    entry = load_source(path).select(args.kernel)
+    source = entry.text
     defines = dict(args.define or [])
     declared = declared_params(source)
-    params = {k: v for k, v in defines.items() if k in declared}
+    params = {**entry.params, **{k: v for k, v in defines.items() if k in declared}}
     k = build_source(source, params, args.kernel, path=str(path))  # errors go to the CLI's diagnostics
     dims_given = {d: int(defines[d]) for d in k.dims if d in defines}
     unknown = [n for n in defines if n not in declared and n not in k.dims]

@@ -17,7 +17,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-FORMAT = 1
+from argus.records import SCHEMA_VERSION
+
+FORMAT = 1  # the layout of the file (a header line, then step lines); schema_version: the keys (docs/json.md)
 # Header fields that must match for --resume to continue a run (the budget may grow).
 IDENTITY = ("start_key", "planner", "model", "seed", "targets", "checks", "evaluator", "verifier")
 MAX_RECORD_BYTES = 1 << 30
@@ -125,7 +127,7 @@ class RunRecord:
         try:
             if os.path.lexists(p) and (p.is_symlink() or not p.is_file() or p.stat().st_size > 0):
                 raise RecordError(f"{p} already holds a run: pass --resume to continue it, or choose another --out")
-            h = {"kind": "run", "format": FORMAT, **header}
+            h = {"schema_version": SCHEMA_VERSION, "kind": "run", "format": FORMAT, **header}
             fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
             with os.fdopen(fd, "w") as f:
                 f.write(json.dumps(h) + "\n")
@@ -181,6 +183,10 @@ class RunRecord:
         if why:
             raise RecordError(f"{p}:{first}: damaged header: {why}; the run cannot be resumed (move the file away "
                               "or choose another --out)")
+        version = header.get("schema_version", SCHEMA_VERSION)  # absent: written before records were versioned
+        if version != SCHEMA_VERSION:
+            raise RecordError(f"{p}:{first}: the run was recorded with schema_version {version!r}, and this Argus "
+                              f"reads {SCHEMA_VERSION} (docs/json.md); it cannot be resumed")
         steps = []
         for i, ln in numbered[1:]:
             d = _parse_line(ln, p, i)
@@ -220,7 +226,7 @@ class RunRecord:
             raise RecordError(f"{self.path} is not held by this run (it was closed)")
         if step["step"] != len(self.steps):
             raise RecordError(f"step {step['step']} appended after {len(self.steps)} steps")
-        line = json.dumps({"kind": "step", **step}, default=_default)
+        line = json.dumps({"schema_version": SCHEMA_VERSION, "kind": "step", **step}, default=_default)
         with open(self.path, "a") as f:
             f.write(line + "\n")
             f.flush()

@@ -18,6 +18,8 @@ CHECKS = {
     "mma-accumulator": "an mma updates each accumulator element with its own row of A and column of B",
     "store-coordinates": "a stored element comes from the coordinates it is stored at",
     "accumulation-coverage": "a stored accumulator sums over every contracted coordinate exactly once",
+    "reference-footprint": "each output element is computed from exactly the input elements its reference "
+                           "computes it from (same tensors, coordinates, masks; sums exactly once)",
     "tag-assertion": "every assert_tag relation holds for every block, step and element",
     "uninitialized-read": "shared memory is read only where a landed copy has written it",
     "async-read-before-wait": "an async-copied buffer is read only after the wait that lands it",
@@ -28,7 +30,8 @@ CHECKS = {
     "output-unwritten": "every output element is written",
     "output-written-twice": "no output element is written twice",
     "mma-layout": "mma operands are laid out as the instruction's fragments / descriptors require",
-    "swizzle-bijective": "each swizzled buffer's address map is a bijection onto the buffer",
+    "swizzle-bijective": "each shared buffer's address map (swizzle or layout) is one-to-one inside its "
+                         "allocation",
     "misaligned-copy": "vector and bulk (TMA) copies meet their alignment requirements",
     "deadlock": "every mbarrier wait is eventually satisfied",
 }

@@ -1,52 +1,230 @@
-"""The periodicity certificate that extends bounded trip counts to every trip count.
+"""Trip counts: how many iterations of each loop the executor unrolls, and the certificate that extends a
+verdict on those to every trip count.
 
-Loops are explored for trip counts up to 2P + 2, P the loop body's period. That covers every trip count
-when the body depends on the loop variable only through (a) `x % c` (ring-buffer stage, phase parity),
+A loop is explored for trip counts 0..cap. That covers every trip count when its body depends on the loop
+variable k only in ways that repeat or shift:
+(a) `x % c` (ring-buffer stage, phase parity): period c (times the divisors of `//` inside x);
 (b) the starts of global-memory tiles (translation: tags compare coordinates of the same step, bounds
-depend only on the tail), (c) comparisons with constants below the cap (eventually constant), (d) tile
-data (masks: values never become addresses or tags), scalar tensor reads at step-dependent indices
-(load(pos[t, k]): the read value is unconstrained tensor data) and (e) user tag fields (kv_step=j), provided no
-assert_tag mentions the step itself -- compare two step fields instead (a.kv_step == b.kv_step - 1):
-then a violation at a larger trip count repeats, shifted by a multiple of P, at one within the cap.
-A truncated loop without this certificate makes the verdicts that depend on it `unknown`.
+    depend only on the tail);
+(c) comparisons whose two sides differ by an affine function of k, either against a constant (true for
+    a prefix of iterations: the cap is raised past the constant) or against the loop's own bound (`if k + 1
+    < n`, a guarded prefetch: true except in the last iterations, the same for every n);
+(d) tile data (masks: values never become addresses or tags), scalar tensor reads at step-dependent
+    indices (`load(pos[t, k])`: the read value is unconstrained tensor data);
+(e) user tag fields (kv_step=j), provided no assert_tag mentions the step itself.
+Scalars carried across iterations count as functions of k: `c = c + d` with a constant start is affine
+(`c = 0; ...; c = c + 1; if c <= n:` is case (c)); any other carried scalar is only allowed where k is.
+Then a violation at a larger trip count repeats, shifted by a multiple of the period, at one within the cap.
+A truncated loop without this certificate makes the verdicts that depend on it `unknown`, with the reason.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from argus.dsl.types import TileT
 from argus.ir import nodes as ir
+from argus.ir.printer import expr as show
 from argus.ir.transform import walk
+
+
+@dataclass(frozen=True)
+class LoopShape:
+    cap: int  # trip counts 0..cap are explored
+    ok: bool  # larger trip counts are covered by the certificate
+    why: str = ""
 
 
 def _uses(e, names: set[str]) -> bool:
     return any(isinstance(x, ir.Var) and x.name in names for x in walk(e))
 
 
-def certify(loop: ir.For, cap: int) -> tuple[bool, str]:
-    derived = {loop.var}
-    for s in walk(loop.body):
-        # only scalars matter: a tile computed from the step (a mask) changes values, never tags
-        # a scalar read from a tensor at a step-dependent index (r = load(pos[t, k])) is tensor data,
-        # an unconstrained value per coordinate like a tile's contents: the step only moves the
-        # coordinate, which is checked where the load's indices are visited (global tile starts)
-        if isinstance(s, ir.Let) and not isinstance(s.value.type, TileT) and _uses(s.value, derived) \
-                and not _periodic(s.value, derived) and not isinstance(s.value, ir.Load):
-            derived.add(s.name)
+def _divisors_product(e) -> int:
+    p = 1
+    for sub in walk(e):
+        if isinstance(sub, ir.Bin) and sub.op == "//" and isinstance(sub.b, ir.Const) and isinstance(sub.b.value, int):
+            p *= max(1, sub.b.value)
+    return p
+
+
+def _period(body, skip_lets: frozenset[str], ring_ids: set[int]) -> int:
+    period = 1
+    stmts = tuple(s for s in body if not (isinstance(s, ir.Let) and s.name in skip_lets)) if skip_lets else body
+    for sub in walk(stmts):
+        if id(sub) in ring_ids:
+            continue
+        if isinstance(sub, ir.Bin) and sub.op == "%" and isinstance(sub.b, ir.Const) \
+                and isinstance(sub.b.value, int) and sub.b.value > 0:
+            period = math.lcm(period, sub.b.value * _divisors_product(sub.a))
+    return period
+
+
+# ---- affine forms over the loop variable ----
+Affine = dict  # key -> int coefficient; "1" the constant, "k" the loop variable, else a loop-invariant atom
+
+
+def _add(a: Affine, b: Affine, sign: int = 1) -> Affine:
+    out = dict(a)
+    for key, v in b.items():
+        out[key] = out.get(key, 0) + sign * v
+    return {key: v for key, v in out.items() if v}
+
+
+class _Affine:
+    """Affine forms of scalar expressions in the loop variable, following derived lets and carried
+    counters; None when an expression is not affine in it."""
+
+    def __init__(self, loop: ir.For, lets: dict[str, ir.Expr], carried: dict[str, tuple[Affine, int]],
+                 derived: set[str]):
+        self.loop = loop
+        self.lets = lets
+        self.carried = carried  # name -> (value at loop entry, increment per iteration)
+        self.derived = derived
+
+    def form(self, e: ir.Expr, after: set[str]) -> Affine | None:
+        if isinstance(e, ir.Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
+            return {"1": e.value} if e.value else {}
+        if isinstance(e, ir.Var):
+            if e.name == self.loop.var:
+                return {"k": 1}
+            if e.name in self.carried:
+                entry, inc = self.carried[e.name]
+                # c after i iterations' increments: entry + (i [+ 1 if this iteration's ran]) * inc
+                steps = {"k": inc}
+                return _add(_add(entry, steps), {"1": inc} if e.name in after else {})
+            if e.name in self.lets:
+                return self.form(self.lets[e.name], after)
+            if e.name in self.derived:
+                return None
+            return {show(e): 1}
+        if isinstance(e, ir.Bin) and e.op in ("+", "-"):
+            a, b = self.form(e.a, after), self.form(e.b, after)
+            if a is None or b is None:
+                return None
+            return _add(a, b, 1 if e.op == "+" else -1)
+        if isinstance(e, ir.Bin) and e.op == "*":
+            a, b = self.form(e.a, after), self.form(e.b, after)
+            if a is None or b is None:
+                return None
+            for x, y in ((a, b), (b, a)):
+                if set(x) <= {"1"}:
+                    c = x.get("1", 0)
+                    return {key: c * v for key, v in y.items() if c * v}
+            return None
+        if isinstance(e, ir.Un) and e.op == "-":
+            a = self.form(e.a, after)
+            return None if a is None else {key: -v for key, v in a.items()}
+        if not _uses(e, self.derived | {self.loop.var} | set(self.carried) | set(self.lets)):
+            return {show(e): 1}
+        return None
+
+
+def loop_shapes(kernel: ir.Kernel) -> dict[int, LoopShape]:
+    from argus.analysis.ring import ring_step_loops
+
+    ring = ring_step_loops(kernel)
+    out: dict[int, LoopShape] = {}
+    _scan(kernel.body, {}, ring, out)
+    return out
+
+
+def _scan(body, before: dict[str, ir.Expr], ring, out) -> None:
+    """Visit loops in program order, knowing each scalar let that precedes them (carried counters'
+    entry values)."""
+    env = dict(before)
+    for s in body:
+        if isinstance(s, ir.Let) and not isinstance(s.value.type, TileT):
+            env[s.name] = s.value
+        if isinstance(s, ir.For):
+            out[id(s)] = shape(s, env, ring.get(id(s)))
+        for f in ("body", "then", "orelse"):
+            if hasattr(s, f) and getattr(s, f):
+                _scan(getattr(s, f), env, ring, out)
+
+
+def shape(loop: ir.For, before: dict[str, ir.Expr], ring_lets: frozenset[str] | None) -> LoopShape:
+    from argus.analysis.ring import ring_positions
+
+    ring_ids = {id(x) for st in walk(loop.body) for x in ring_positions(st)} if ring_lets is not None else set()
+    period = _period(loop.body, ring_lets or frozenset(), ring_ids)
+    cap = 2 * period + 2
+    ok, why, need = certify(loop, before, ring_lets or frozenset(), ring_ids, period)
+    return LoopShape(max(cap, need), ok, why)
+
+
+def certify(loop: ir.For, before: dict[str, ir.Expr], ring_lets: frozenset[str], ring_ids: set[int],
+            period: int) -> tuple[bool, str, int]:
+    """(certified, why not, the cap the comparisons with constants need)."""
+    assigned_in = [s for s in walk(loop.body) if isinstance(s, ir.Let) and not isinstance(s.value.type, TileT)]
+    names_in = {s.name for s in assigned_in}
+    carried: dict[str, tuple[Affine, int]] = {}
+    tainted: set[str] = set()
+    top = {id(s) for s in loop.body}
+    for name in names_in:
+        defs = [s for s in assigned_in if s.name == name]
+        reads_self = any(_uses(d.value, {name}) for d in defs)
+        if not reads_self and name not in before:
+            continue  # a plain local: recomputed every iteration
+        d = defs[0]
+        v = d.value
+        inc = None
+        if len(defs) == 1 and id(d) in top and isinstance(v, ir.Bin) and v.op in ("+", "-") \
+                and isinstance(v.a, ir.Var) and v.a.name == name and isinstance(v.b, ir.Const) \
+                and isinstance(v.b.value, int):
+            inc = v.b.value if v.op == "+" else -v.b.value
+        entry = before.get(name)
+        base = _Affine(loop, {}, {}, set()).form(entry, set()) if entry is not None else None
+        if inc is not None and base is not None and "k" not in base:
+            carried[name] = (base, inc)
+        else:
+            tainted.add(name)  # carried across iterations, not a counter: a function of k like k itself
+    derived = {loop.var} | tainted
+    lets: dict[str, ir.Expr] = {}
+    for s in loop.body:
+        # only scalars matter: a tile computed from the step (a mask) changes values, never tags;
+        # a scalar read from a tensor at a step-dependent index (r = load(pos[t, k])) is tensor data
+        if isinstance(s, ir.Let) and not isinstance(s.value.type, TileT) and s.name not in carried \
+                and s.name not in tainted and not isinstance(s.value, ir.Load) \
+                and _uses(s.value, derived | set(carried) | set(lets)) and s.name not in ring_lets:
+            if not (isinstance(s.value, ir.Bin) and s.value.op == "%" and isinstance(s.value.b, ir.Const)):
+                lets[s.name] = s.value
+    aff = _Affine(loop, lets, carried, derived)
+    moving = derived | set(carried) | set(lets)
     problems: list[str] = []
+    need = [0]
+    seen_after: set[str] = set()
+
+    def compare(node: ir.Cmp) -> bool:
+        """A comparison that flips once: against a constant (raise the cap past it) or against the loop's
+        bound (the same last iterations for every trip count)."""
+        a, b = aff.form(node.a, seen_after), aff.form(node.b, seen_after)
+        if a is None or b is None:
+            return False
+        d = _add(a, b, -1)
+        coef = d.pop("k", 0)
+        if not coef:
+            return True
+        const = d.pop("1", 0)
+        if not d:
+            need[0] = max(need[0], abs(const) // abs(coef) + period + 2)
+            return True
+        stop = show(loop.stop) if loop.stop is not None else None
+        start = loop.start
+        if set(d) == {stop} and d[stop] == -coef and isinstance(start, ir.Const) and start.value == 0:
+            return True
+        return False
 
     def visit(node, allowed: bool) -> None:
-        if isinstance(node, ir.Var) and node.name in derived and not allowed:
+        if isinstance(node, ir.Var) and node.name in moving and not allowed:
             problems.append(node.name)
             return
+        if id(node) in ring_ids:
+            return
         if isinstance(node, ir.Tag):
-            # a step-valued user field (kv_step=j): tags are only compared by assert_tag, and an
-            # assertion that does not itself mention the step compares two such fields, which shift
-            # together with the step
             visit(node.x, allowed)
             return
         if isinstance(node, ir.Expr) and isinstance(node.type, TileT):
-            # tile *data* (e.g. a mask from key positions): values never become addresses, control flow
-            # or tags, so the step may appear freely -- except in the views the data is read from
             for f in node.__dataclass_fields__:
                 if f in ("span", "type"):
                     continue
@@ -59,15 +237,19 @@ def certify(loop: ir.For, cap: int) -> tuple[bool, str]:
             return
         if isinstance(node, ir.Bin) and node.op == "%" and isinstance(node.b, ir.Const):
             return  # periodic
-        if isinstance(node, ir.Cmp) and node.op in ("<", "<=", ">", ">=", "==", "!=") and \
-                (isinstance(node.b, ir.Const) and isinstance(node.b.value, int) and abs(node.b.value) < cap // 2):
-            return  # compares the step with a small constant: constant after the first steps
+        if isinstance(node, ir.Cmp) and node.op in ("<", "<=", ">", ">=", "==", "!=") and compare(node):
+            return
         if isinstance(node, ir.Ref):
             for st in node.starts:
                 visit(st, allowed or node.space == "global")
             return
         if isinstance(node, ir.Let):
-            if node.name in derived:
+            if node.name in ring_lets:
+                return  # proved for every step by the ring protocol
+            if node.name in carried:
+                seen_after.add(node.name)
+                return
+            if node.name in lets or node.name in tainted:
                 return  # checked where it is used
             visit(node.value, allowed)
             return
@@ -87,9 +269,5 @@ def certify(loop: ir.For, cap: int) -> tuple[bool, str]:
         visit(s, False)
     if problems:
         return False, f"loop variable '{loop.var}' (through {', '.join(sorted(set(problems)))}) is used in a " \
-                      "way that is not periodic"
-    return True, ""
-
-
-def _periodic(e, derived: set[str]) -> bool:
-    return isinstance(e, ir.Bin) and e.op == "%" and isinstance(e.b, ir.Const)
+                      "way that is not periodic", need[0]
+    return True, "", need[0]

@@ -4,31 +4,77 @@ from __future__ import annotations
 
 import z3
 
-from argus.analysis.executor import Obligation, Trace
 from argus.analysis.findings import UNKNOWN, VERIFIED, VIOLATED, Counterexample
+from argus.analysis.solving import check_split, nonlinear_check
 from argus.analysis.symbolic import Context, solver
+from argus.analysis.trace import Obligation, Trace
 
 SMALL = 512  # first look for counterexamples with every dim <= SMALL, so that replay is fast
 
 
-def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeout_ms: int = 8000
-                ) -> tuple[str, Obligation | None, z3.ModelRef | None]:
-    """One query for many obligations: verified if none can be violated; else the first violated one."""
-    if not obligations:
-        return VERIFIED, None, None
-    s = solver(timeout_ms)
-    s.add(*trace.constraints)
-    s.add(z3.Or(*[z3.And(*ob.domain, ob.bad) for ob in obligations]))
-    r = s.check()
-    if r == z3.unsat:
-        return VERIFIED, None, None
-    if r == z3.unknown:
-        return UNKNOWN, None, None
-    m = s.model()
+def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeout_ms: int = 8000,
+                refinements: int = 8) -> tuple[str, Obligation | None, z3.ModelRef | None]:
+    """Verified if none of the obligations can be violated; else the first violated one and a model.
+
+    Quantifier-free obligations share one query. An obligation whose `bad` over-approximates the
+    violation (it has `refine`) is asked alone and confirmed on the model; a spurious model is
+    excluded and the query repeated, at most `refinements` times, then the answer is unknown."""
+    plain = [ob for ob in obligations if ob.refine is None and not ob.extra.get("nonlinear")]
+    status = VERIFIED
+    if plain:
+        s = solver(timeout_ms)
+        s.add(*trace.constraints)
+        s.add(z3.Or(*[z3.And(*ob.domain, ob.bad) for ob in plain]))
+        r = check_split(s)
+        if r == z3.sat:
+            m = s.model()
+            hit = next((ob for ob in plain if z3.is_true(m.eval(z3.And(*ob.domain, ob.bad), model_completion=True))),
+                       plain[0])
+            return VIOLATED, hit, m
+        if r == z3.unknown:
+            status = UNKNOWN
     for ob in obligations:
-        if z3.is_true(m.eval(z3.And(*ob.domain, ob.bad), model_completion=True)):
-            return VIOLATED, ob, m
-    return VIOLATED, obligations[0], m
+        if ob.extra.get("nonlinear"):
+            # ring positions multiply a tile index by the steps per tile
+            r, m = nonlinear_check([*trace.constraints, *ob.domain, ob.bad], timeout_ms=timeout_ms)
+            if r == z3.sat:
+                return VIOLATED, ob, m
+            if r == z3.unknown:
+                status = UNKNOWN
+            continue
+        if ob.refine is None:
+            continue
+        s = solver(timeout_ms)
+        s.add(*trace.constraints, *ob.domain, ob.bad)
+        settled = False
+        for _ in range(refinements + 1):
+            r = check_split(s)
+            if r == z3.unsat:
+                settled = True
+                break
+            if r == z3.unknown:
+                break
+            m = s.model()
+            block = ob.refine(m)
+            if block is None:
+                return VIOLATED, ob, m
+            if block is False:
+                break
+            s.add(block)
+        if settled:
+            continue
+        # the approximation keeps finding spurious models: ask the exact (quantified) question
+        exact = ob.extra.get("exact")
+        if exact is not None:
+            s = solver(timeout_ms)
+            s.add(*trace.constraints, *ob.domain, exact)
+            r = s.check()
+            if r == z3.unsat:
+                continue
+            if r == z3.sat and ob.refine(s.model()) is None:
+                return VIOLATED, ob, s.model()
+        status = UNKNOWN
+    return status, None, None
 
 
 def small_model(trace: Trace, formula, ctx: Context, timeout_ms: int = 8000) -> z3.ModelRef | None:
@@ -62,7 +108,7 @@ def counterexample(m: z3.ModelRef, ctx: Context, ob: Obligation) -> Counterexamp
     cx = Counterexample()
     cx.dims = {d: value(m, v) for d, v in ctx.dims.items()}
     cx.block = tuple(value(m, b) for b in ctx.block[: len(ctx.kernel.grid)])
-    cx.steps = dict(ob.step)
+    cx.steps = {k: value(m, v) for k, v in ob.step.items()}
     cx.values = {k: value(m, v) for k, v in ob.variables.items()}
     cx.sides = {label: {f: value(m, t) for f, t in fields.items()} for label, fields in ob.sides.items()}
     cx.values.update(tensor_values(m, ctx))

@@ -237,11 +237,26 @@ class Evaluator:
         if e.fn == "max":
             return zmax(*args)
         if e.fn == "cast" and isinstance(e.type, ScalarT) and not e.type.dtype.is_float:
-            return args[0]
+            return args[0] if not _is_real(args[0]) else z3.ToInt(args[0])
+        if e.fn == "cast" and isinstance(e.type, ScalarT):
+            a = args[0]
+            return float(a) if isinstance(a, int) else a if _is_real(a) else z3.ToReal(as_int(a))
         if e.fn == "abs":
             a = args[0]
             return abs(a) if isinstance(a, int) else z3.If(a >= 0, a, -a)
+        if e.fn in FLOAT_FUNCTIONS and isinstance(e.type, ScalarT) and e.type.dtype.is_float:
+            # float scalar math (a softmax scale, a temperature): a real value the verifier does not
+            # evaluate; an uninterpreted function keeps equal inputs equal
+            f = z3.Function(f"float_{e.fn}", *([z3.RealSort()] * len(args)), z3.RealSort())
+            return f(*[z3.ToReal(as_int(a)) if not _is_real(a) else a for a in args])
         raise Unsupported(f"{e.fn}() in index arithmetic", e.span)
+
+
+FLOAT_FUNCTIONS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "silu", "gelu")
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, float) or (isinstance(v, z3.ArithRef) and v.is_real())
 
 
 def to_bool(v):

@@ -8,55 +8,114 @@ import z3
 
 from argus.analysis import checks
 from argus.analysis.checks.common import Analysis
-from argus.analysis.executor import explore, loop_periods
+from argus.analysis.executor import explore
 from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, CheckResult, Finding, Report
-from argus.analysis.periodicity import certify
+from argus.analysis.footprint import ReferenceContract, add_store_obligations
+from argus.analysis.periodicity import loop_shapes
+from argus.analysis.reference_terms import Arr, NotAnalysable, reference_arrays
 from argus.analysis.replay import replay
 from argus.analysis.symbolic import Unsupported
 from argus.ir import nodes as ir
 from argus.ir.transform import walk
 
 
+def reference_contracts(kernel: ir.Kernel, contexts) -> dict:
+    """Per output: the reference's data flow as the stores' contract, or the reason there is none (the
+    axis-name contract then applies). No reference block: no explicit contracts."""
+    if kernel.reference is None or not contexts:
+        return {}
+    try:
+        env, rt = reference_arrays(kernel, contexts[0])
+    except NotAnalysable as exc:
+        where = f" ({exc.span.path}:{exc.span.line})" if getattr(exc, "span", None) else ""
+        return {o: f"the reference block is not analysed: {exc}{where}" for o in kernel.outputs}
+    out: dict = {}
+    for o in kernel.outputs:
+        arr = env.get(o)
+        if not isinstance(arr, Arr):
+            out[o] = f"the reference does not compute '{o}' as an array"
+        elif len(arr.shape) != len(kernel.tensor(o).dims):
+            out[o] = f"the reference computes '{o}' with rank {len(arr.shape)}, not {len(kernel.tensor(o).dims)}"
+        else:
+            out[o] = ReferenceContract(kernel, o, arr, rt)
+    return out
+
+
+# Checks that read only the kernel, never the explored paths: they run even when exploration failed.
+TRACE_FREE = ("swizzle-bijective",)
+
+
 def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_replay: bool = True) -> Report:
     defines = dict(defines or {})
     t0 = time.perf_counter()
+    blocked: tuple[str, object] | None = None  # (reason, span): the paths do not cover every execution
     try:
         traces, contexts, notes = explore(kernel, defines)
     except (Unsupported, z3.Z3Exception) as exc:
         span = getattr(exc, "span", None)
         where = f" at {span.path}:{span.line}" if span else ""
-        results = [CheckResult(c, UNKNOWN, 0.0, [Finding(c, UNKNOWN, f"not checked: unsupported construct: {exc}",
-                                                          span, invariant=CHECKS[c])]) for c in CHECKS]
-        return Report(kernel.name, kernel.path, results, [f"symbolic execution stopped{where}: {exc}"])
+        traces, contexts, notes = [], [], [f"symbolic execution stopped{where}: {exc}"]
+        blocked = (f"not checked: unsupported construct: {exc}", span)
     explore_s = time.perf_counter() - t0
+    if blocked is None and any(n.startswith("more than") for n in notes):
+        blocked = (f"not proved: {next(n for n in notes if n.startswith('more than'))}", kernel.span)
+    contracts = reference_contracts(kernel, contexts)
+    for tr, ctx in zip(traces, contexts):
+        add_store_obligations(kernel, tr, ctx, contracts)
     a = Analysis(kernel, defines, traces, contexts, notes)
-    caps = loop_periods(kernel)
+    shapes = loop_shapes(kernel)
     loops = {n.span: n for n in walk(kernel.body) if isinstance(n, ir.For)}
     for tr in traces:
         for span in tr.truncated:
             loop = loops.get(span)
-            if loop is None:
+            sh = shapes.get(id(loop)) if loop is not None else None
+            if sh is None or sh.ok or span in a.uncertified:
                 continue
-            ok, why = certify(loop, caps.get(id(loop), 8))
-            if not ok and span not in a.uncertified:
-                a.uncertified.append(span)
-                a.notes.append(f"{span.path}:{span.line}: trip counts above {caps.get(id(loop), 8)} not covered: {why}")
-    results: list[CheckResult] = [CheckResult("symbolic-execution", VERIFIED, explore_s)]
+            a.uncertified.append(span)
+            a.notes.append(f"{span.path}:{span.line}: trip counts above {sh.cap} not covered: {sh.why}")
+    by_code: dict[str, CheckResult] = {}
+    rank = {VERIFIED: 0, UNKNOWN: 1, VIOLATED: 2}
     for mod in checks.ALL:
         t = time.perf_counter()
         out = mod.run(a)
         dt = (time.perf_counter() - t) / max(1, len(out))
         for code, res in out.items():
-            status, findings = res[0], res[1]
-            if status == VERIFIED and a.uncertified:
-                status = UNKNOWN
             # a module that times its checks separately says so; else its time is shared equally
-            results.append(CheckResult(code, status, res[2] if len(res) > 2 else dt, findings))
+            got = CheckResult(code, res[0], res[2] if len(res) > 2 else dt, list(res[1]))
+            prev = by_code.get(code)
+            if prev is None:
+                by_code[code] = got
+            else:  # two modules prove parts of one check: the worse verdict, every finding
+                prev.status = max(prev.status, got.status, key=rank.get)
+                prev.findings.extend(got.findings)
+                prev.seconds += got.seconds
+    results: list[CheckResult] = []
+    for code in CHECKS:
+        r = by_code.get(code) or CheckResult(code, VERIFIED, 0.0, [])
+        status, findings = r.status, r.findings
+        # a site in scope the executor could not turn into an obligation: unknown, never verified
+        seen = set()
+        for u in (u for tr in traces for u in tr.unknowns if u.check == code):
+            if (u.span, u.reason) not in seen:
+                seen.add((u.span, u.reason))
+                findings.append(Finding(code, UNKNOWN, f"not proved: {u.reason}", u.span, invariant=CHECKS[code]))
+                status = UNKNOWN if status == VERIFIED else status
+        if code not in TRACE_FREE:
+            # a verdict about the explored paths only holds if they cover every execution
+            if blocked is not None and status == VERIFIED:
+                status = UNKNOWN
+                findings.append(Finding(code, UNKNOWN, blocked[0], blocked[1], invariant=CHECKS[code]))
+            elif a.uncertified and status == VERIFIED:
+                status = UNKNOWN
+                for span in a.uncertified:
+                    why = next((n.split(": ", 1)[1] for n in a.notes if n.startswith(f"{span.path}:{span.line}:")),
+                               "trip counts above the explored ones are not covered")
+                    findings.append(Finding(code, UNKNOWN, f"not proved: {why}", span, invariant=CHECKS[code]))
+        results.append(CheckResult(code, status, r.seconds, findings))
     if do_replay:
         for r in results:
             for f in r.findings:
                 if f.status == VIOLATED:
                     f.replay = replay(kernel, defines, f)
-    results[0].findings = []
-    notes = a.notes + [f"{len(traces)} path(s) explored"]
-    return Report(kernel.name, kernel.path, results[1:], notes + [f"symbolic execution: {explore_s:.2f} s"])
+    notes = a.notes + ([f"{len(traces)} path(s) explored"] if blocked is None or traces else [])
+    return Report(kernel.name, kernel.path, results, notes + [f"symbolic execution: {explore_s:.2f} s"])

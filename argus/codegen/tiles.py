@@ -22,8 +22,8 @@ import numpy as np
 from argus.codegen.cexpr import c_add, render_layout
 from argus.ir import nodes as ir
 from argus.ir.fragments import Fragment
-from argus.ir.layout import flatten
 from argus.ir.passes.layouts import fragment_of
+from argus.ir.threads import replica_modes
 
 
 @dataclass(frozen=True)
@@ -68,15 +68,8 @@ class TileMap:
 
     @cached_property
     def _replica_modes(self) -> list[tuple[int, int]]:
-        """(prefix, size) of the thread modes that move neither the row nor the column: threads that
-        differ only there hold the same elements (replicas)."""
-        out, prefix = [], 1
-        for size, r, c in zip(flatten(self.frag.row.shape[0]), flatten(self.frag.row.stride[0]),
-                              flatten(self.frag.col.stride[0]), strict=True):
-            if size > 1 and r == 0 and c == 0:
-                out.append((prefix, size))
-            prefix *= size
-        return out
+        """(prefix, size) of the thread modes whose threads hold the same elements (argus.ir.threads)."""
+        return replica_modes(self.frag)
 
     @property
     def replicas(self) -> int:

@@ -51,11 +51,35 @@ class Diagnostic:
 
 
 class ArgusError(Exception):
-    """An error meant for the user: carries diagnostics, never shown as a traceback by the CLI."""
+    """An error meant for the user: carries diagnostics, never shown as a traceback by the CLI.
+
+    ``str(err)`` is what ``argus`` prints for it: each diagnostic located (path:line:col), with its source
+    line, a caret under the span, the message, its code and notes -- so a Python caller sees the place too.
+    ``err.diagnostics`` holds the structured form; ``err.message`` the first diagnostic's bare message.
+    """
 
     def __init__(self, diagnostics: Diagnostic | list[Diagnostic]):
         self.diagnostics = [diagnostics] if isinstance(diagnostics, Diagnostic) else list(diagnostics)
-        super().__init__(self.diagnostics[0].message if self.diagnostics else "error")
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        return self.diagnostics[0].message if self.diagnostics else "error"
+
+    def __str__(self) -> str:
+        return render_all(self.diagnostics) if self.diagnostics else "error"
+
+    def __reduce__(self):
+        # Subclasses take other constructor arguments: rebuild from the diagnostics and instance state,
+        # so an error crosses a process boundary (the tuner's child processes) intact.
+        return _restore_error, (type(self), self.diagnostics, dict(self.__dict__))
+
+
+def _restore_error(cls: type[ArgusError], diagnostics: list[Diagnostic], state: dict) -> ArgusError:
+    err = cls.__new__(cls)
+    ArgusError.__init__(err, diagnostics)
+    err.__dict__.update(state)
+    return err
 
 
 def error(code: str, message: str, span: Span | None, *notes: str) -> ArgusError:

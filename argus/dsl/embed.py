@@ -19,6 +19,13 @@ from argus.dsl.parser import parse, parse_file
 
 
 def source_of_function(fn) -> tuple[ast.Module, str]:
+    text, path = function_text(fn)
+    return parse(text, path, register=False), path
+
+
+def function_text(fn) -> tuple[str, str]:
+    """The Argus text of a decorated function -- its lines with decorators blanked, dedented, after blank
+    lines up to its first line (so spans are lines of the .py) -- and the file it comes from."""
     try:
         lines, first = inspect.getsourcelines(fn)
         path = inspect.getsourcefile(fn) or "<python>"
@@ -26,22 +33,19 @@ def source_of_function(fn) -> tuple[ast.Module, str]:
         raise error("io", f"cannot read the source of {getattr(fn, '__name__', fn)!r}", None,
                     "@argus.kernel needs a function defined in a file (not typed at the REPL)") from None
     text = "".join(lines)
-    # drop decorator lines but keep line numbers: blank them out
+    # drop the decorators (which may span lines) but keep line numbers: blank everything before the def
     out = []
     seen_def = False
     for line in text.splitlines(keepends=True):
-        if not seen_def and line.lstrip().startswith("@"):
-            out.append("\n")
-            continue
         seen_def = seen_def or line.lstrip().startswith("def ")
-        out.append(line)
+        out.append(line if seen_def else "\n")
     body = textwrap.dedent("".join(out))
     padded = "\n" * (first - 1) + body
     try:
         SOURCES.add(path, Path(path).read_text())
-    except OSError:
+    except (OSError, ValueError):  # unreadable, or not UTF-8: quote the function's own lines
         SOURCES.add(path, padded)
-    return parse(padded, path, register=False), path
+    return padded, path
 
 
 def module_from_path(path: str | Path) -> ast.Module:

@@ -28,7 +28,7 @@ from argus.interp.hazards import ObservedHazard, Shadow
 from argus.interp.numerics import round_to, storage_dtype
 from argus.ir import nodes as ir
 from argus.ir.smem_layout import offsets as smem_offsets
-from argus.ir.threads import MULTI, NONE, copy_thread
+from argus.ir.threads import MULTI, NONE, Holders, copy_thread
 from argus.ir.transform import role_groups
 
 
@@ -101,6 +101,7 @@ class BlockMachine:
         self.physical: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.in_roles = False
         self.role_accesses = 0
+        self.reading_layout: ir.RegLayout | None = None
 
     # ---- driver ----
     def run(self) -> None:
@@ -143,7 +144,11 @@ class BlockMachine:
     def exec_stmt(self, s: ir.Stmt) -> Iterator[None]:
         self.progress += 1
         if isinstance(s, ir.Let):
-            self.env[s.name] = self.eval(s.value)
+            self.reading_layout = s.layout  # shared memory read into this tile: by the threads holding it
+            try:
+                self.env[s.name] = self.eval(s.value)
+            finally:
+                self.reading_layout = None
         elif isinstance(s, ir.AllocShared):
             self.shared[s.name] = np.full(s.shape, np.nan if s.dtype.is_float else 0, storage_dtype(s.dtype))
             self.shared_types[s.name] = s
@@ -314,11 +319,25 @@ class BlockMachine:
     def _shadow_on(self) -> bool:
         return self.shadow is not None
 
+    def _holders(self, layout: ir.RegLayout, shape: tuple[int, ...], owner_only: bool) -> np.ndarray:
+        """Threads holding each element of a register tile in `layout` (argus.ir.threads.Holders: the
+        verifier's and the code generator's distribution)."""
+        from argus.ir.passes.layouts import fragment_of
+
+        return Holders(fragment_of(layout), len(shape) == 1, owner_only).table(shape)
+
     def read(self, r: ir.Ref, span, masked: bool, multi: bool = False) -> np.ndarray:
         arr, src, shape, dst = self.resolve(r, span, masked=masked)
         if r.space == "shared" and self._shadow_on():
             view_shape = arr[src].shape
-            readers = np.full(view_shape, MULTI, np.int32) if multi else self._threads_of(r, view_shape)
+            if multi:
+                readers = np.full(view_shape, MULTI, np.int32)
+            elif self.reading_layout is not None and tuple(shape) == tuple(self.reading_layout.shape):
+                readers = self._holders(self.reading_layout, tuple(shape), False)
+                readers = readers.T if r.transposed else readers
+                readers = readers.reshape(view_shape)
+            else:
+                readers = self._threads_of(r, view_shape)
             self.shadow.read(r.base, src, readers, self._epoch(), span)
         if r.space == "global" and any(d.stop - d.start != n for d, n in zip(dst, shape)):
             out = np.zeros(shape, arr.dtype)
@@ -338,7 +357,12 @@ class BlockMachine:
             data = data.T
         cp = _Copy(s.dst.base, idx, data, s.span, asynchronous=s.mode != "sync")
         if self._shadow_on():
-            cp.writers = self._threads_of(s.dst, arr[idx].shape)
+            if not isinstance(s.src, ir.Ref) and s.layout is not None and tuple(s.dst.shape) == tuple(s.layout.shape):
+                # a register tile is written by the threads that hold it, first replica only
+                w = self._holders(s.layout, tuple(s.dst.shape), True)
+                cp.writers = (w.T if s.dst.transposed else w).reshape(arr[idx].shape)
+            else:
+                cp.writers = self._threads_of(s.dst, arr[idx].shape)
         if s.mode == "sync":
             self.land(cp)
         elif s.mode == "async":
@@ -371,7 +395,11 @@ class BlockMachine:
         return self.epoch
 
     def store(self, s: ir.Store) -> None:
-        value = self.eval(s.value)
+        self.reading_layout = s.layout
+        try:
+            value = self.eval(s.value)
+        finally:
+            self.reading_layout = None
         arr, src, shape, dst = self.resolve(s.dst, s.span, masked=s.masked, for_write=True)
         if self.shadow is not None and self.store_counts is not None:
             counts = self.store_counts.setdefault(s.dst.base, np.zeros(arr.shape, np.int32))

@@ -321,9 +321,10 @@ def lower(c: Checked) -> ir.Kernel:
     body = lw.block(k.body)
     grid = tuple(lw.expr(g) for g in c.launch.grid)
     scalars = tuple(ir.ScalarDecl(a.name, c.scalars[a.name].dtype,
-                                  None if a.default is None else _const_default(a))
+                                  None if a.default is None else _const_default(a), a.span)
                     for a in k.args if a.dims is None)
-    tensors = tuple(ir.TensorDecl(n, g.dtype, g.dims) for n, g in c.tensors.items())
+    arg_spans = {a.name: a.span for a in k.args}
+    tensors = tuple(ir.TensorDecl(n, g.dtype, g.dims, arg_spans.get(n)) for n, g in c.tensors.items())
     return ir.Kernel(k.name, k.span.path, tensors, scalars, tuple(c.dims), tuple(c.params.items()), grid,
                      c.launch.threads, c.launch.cluster, body, tuple(c.outputs), tuple(c.inputs),
                      k.reference, k.span)

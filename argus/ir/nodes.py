@@ -389,6 +389,7 @@ class TensorDecl:
     name: str
     dtype: DType
     dims: tuple[str | int, ...]
+    span: Span | None = field(default=None, compare=False, repr=False)  # the declaration, for argument errors
 
 
 @dataclass(frozen=True)
@@ -396,6 +397,7 @@ class ScalarDecl:
     name: str
     dtype: DType
     default: float | int | None
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,18 @@ from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from argus.dsl.diagnostics import ArgusError, Diagnostic, Span
 
-class ArgumentError(ValueError):
-    """A kernel argument does not match what the kernel expects."""
+
+class ArgumentError(ArgusError, ValueError):
+    """A kernel argument does not match what the kernel expects.
+
+    An ArgusError (code ``argument``): with ``span`` (the argument's declaration in the kernel's source)
+    ``str(err)`` prints that place like any other diagnostic. Also a ValueError, for callers that catch that.
+    """
+
+    def __init__(self, message: str, span: Span | None = None, *notes: str) -> None:
+        super().__init__(Diagnostic("error", "argument", message, span, tuple(notes)))
 
 
 # Framework dtype names (torch without its "torch." prefix, numpy/cupy/ml_dtypes) -> argus names.
@@ -283,51 +292,66 @@ def check_array(
     dims: MutableMapping[str, int] | None = None,
     contiguous: bool = True,
     device: int | None = None,
+    span: Span | None = None,
 ) -> ArrayInfo:
     """Check ``obj`` against a declared parameter such as ``B: bf16[K, N]`` and return its info.
 
     ``shape`` entries are sizes, symbol names (bound through ``dims``, shared across the arguments of
-    one call, so ``K`` must agree between A and B) or None (any size).
+    one call, so ``K`` must agree between A and B) or None (any size). ``span`` locates the declaration
+    in error messages.
     """
-    want_dims = ", ".join("?" if d is None else str(d) for d in shape) if shape is not None else "..."
-    expect = f"{dtype or '?'}[{want_dims}]" + (" contiguous" if contiguous else "")
+    expect = declared_type(dtype, shape) + (" contiguous" if contiguous else "")
     if device is not None:
         expect += f" on cuda:{device}"
     try:
         info = array_info(obj, name=name)
     except ArgumentError as e:
-        raise ArgumentError(f"argument {name}: expected {expect}, got {_brief(obj)} ({e})") from None
+        raise ArgumentError(f"argument {name}: expected {expect}, got {_brief(obj)} ({e.message})", span) from None
 
-    def fail(why: str = "") -> ArgumentError:
-        return ArgumentError(f"argument {name}: expected {expect}, got {info.describe()}{why}")
+    def fail(why: str = "", *notes: str) -> ArgumentError:
+        return ArgumentError(f"argument {name}: expected {expect}, got {info.describe()}{why}", span, *notes)
 
     if dtype is not None and info.dtype != dtype_name(dtype):
         raise fail()
     if shape is not None:
-        if len(shape) != len(info.shape):
-            raise fail(f" ({len(info.shape)} dims instead of {len(shape)})")
-        origin = getattr(dims, "origin", None)
-        for axis, (want, got) in enumerate(zip(shape, info.shape, strict=True)):
-            if want is None:
-                continue
-            if isinstance(want, int):
-                if got != want:
-                    raise fail(f" (dim {axis} must be {want})")
-                continue
-            if dims is None:
-                continue
-            if want in dims and dims[want] != got:
-                src = f" from argument {origin[want]}" if origin and want in origin else ""
-                raise fail(f" ({want} is {dims[want]}{src})")
-            if want not in dims:
-                dims[want] = got
-                if origin is not None:
-                    origin[want] = name
+        bind_shape(name, info.shape, shape, dims, fail)
     if contiguous and not info.is_contiguous:
-        raise fail()
+        raise fail("", "the kernel indexes its tensors row-major and dense: pass a contiguous copy "
+                   "(torch: .contiguous(), cupy: cupy.ascontiguousarray)")
     if device is not None and info.device != device:
-        raise fail()
+        raise fail(f" (the kernel is loaded on cuda:{device})")
     return info
+
+
+def declared_type(dtype: str | None, shape: Sequence[int | str | None] | None) -> str:
+    """How a declaration reads in messages: ``bf16[M, K]``."""
+    want_dims = ", ".join("?" if d is None else str(d) for d in shape) if shape is not None else "..."
+    return f"{dtype or '?'}[{want_dims}]"
+
+
+def bind_shape(name: str, got: Sequence[int], shape: Sequence[int | str | None],
+               dims: MutableMapping[str, int] | None, fail: Any) -> None:
+    """Match an array's shape against a declared one, binding symbolic dims in ``dims`` (shared by the
+    arguments of one call); ``fail(why)`` builds the error to raise."""
+    if len(shape) != len(got):
+        raise fail(f" ({len(got)} dims instead of {len(shape)})")
+    origin = getattr(dims, "origin", None)
+    for axis, (want, n) in enumerate(zip(shape, got, strict=True)):
+        if want is None:
+            continue
+        if isinstance(want, int):
+            if n != want:
+                raise fail(f" (dim {axis} must be {want})")
+            continue
+        if dims is None:
+            continue
+        if want in dims and dims[want] != n:
+            src = f" from argument {origin[want]}" if origin and want in origin else ""
+            raise fail(f" ({want} is {dims[want]}{src})")
+        if want not in dims:
+            dims[want] = n
+            if origin is not None:
+                origin[want] = name
 
 
 def _brief(obj: Any) -> str:

@@ -90,6 +90,7 @@ class GpuResult:
     baseline_name: str | None = None
     flops: float | None = None  # per launch, when known (GEMM)
     nbytes: float = 0.0  # bytes the kernel must move at least (inputs read once, outputs written once)
+    dims: dict[str, int] | None = None  # the dims it ran at
 
     @property
     def ok(self) -> bool:
@@ -192,11 +193,11 @@ def bench_on_gpu(gk, defines: dict[str, object], iters: int = 30) -> tuple[Timin
 
 def run_on_gpu(gk, defines: dict[str, object], *, seed: int | None = None, bench: bool = False,
                iters: int = 30) -> GpuResult:
-    checks, _ = check_on_gpu(gk, defines, seed)
+    checks, dims = check_on_gpu(gk, defines, seed)
     if not bench or not all(c.ok for c in checks):
-        return GpuResult(checks)
+        return GpuResult(checks, dims=dims)
     timing, base, base_name, flops, nbytes = bench_on_gpu(gk, defines, iters)
-    return GpuResult(checks, timing, base, base_name, flops, nbytes)
+    return GpuResult(checks, timing, base, base_name, flops, nbytes, dims)
 
 
 def gpu_description(device: int = 0) -> dict[str, str]:
@@ -243,17 +244,16 @@ def run_command(file: str, defines: dict[str, object], kernel: str | None, *, be
     res = run_on_gpu(gk, defines, seed=seed, bench=bench, iters=iters)
     dims = " ".join(f"{d}={defines[d]}" for d in k.dims if d in defines)
     if fmt == "json":
-        out = {"file": file, "kernel": k.name, "ok": res.ok, "arch": built.arch,
-               "outputs": [{"name": c.name, "rel_error": c.rel_error, "max_abs_error": c.max_abs_error,
-                            "tolerance": c.tolerance, "wrong_elements": c.bad, "nonfinite": c.nonfinite,
-                            "ok": c.ok} for c in res.checks]}
+        from argus.records import run_record
+
+        timing = None
         if res.timing is not None:
-            out["time_ms"] = res.timing.median_ms
-            out["baseline"] = res.baseline_name
-            out["baseline_ms"] = res.baseline.median_ms if res.baseline else None
-            out["ratio"] = res.ratio
-            out["tflops"] = res.flops / res.timing.median_ms / 1e9 if res.flops else None
-        print(json.dumps(out, indent=2))
+            timing = {"time_ms": res.timing.median_ms, "min_ms": res.timing.min_ms, "max_ms": res.timing.max_ms,
+                      "samples": res.timing.samples, "baseline": res.baseline_name,
+                      "baseline_ms": res.baseline.median_ms if res.baseline else None, "ratio": res.ratio,
+                      "tflops": res.flops / res.timing.median_ms / 1e9 if res.flops else None}
+        print(json.dumps(run_record(file, k.name, "gpu", res.ok, res.dims or {}, None, res.checks, built.arch, timing),
+                         indent=2))
     else:
         print(f"{file}: kernel '{k.name}' {dims} (GPU {built.arch})")
         for c in res.checks:

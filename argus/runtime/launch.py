@@ -15,7 +15,7 @@ never read. The copy is part of the launch (and of its timing).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,84 +23,9 @@ from argus.codegen.compile import Built
 from argus.codegen.spec import GeneratedKernel
 from argus.interp.machine import grid_size
 from argus.ir import nodes as ir
-from argus.ir.transform import walk
 from argus.runtime import driver as drv
-from argus.runtime.arrays import (
-    ITEMSIZE,
-    ArgumentError,
-    ArrayInfo,
-    ShapeBindings,
-    array_info,
-    check_array,
-    module_root,
-)
-
-
-def bind_arguments(kernel: ir.Kernel, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Positional and keyword arguments by declared name (tensors first, then scalars)."""
-    names = [t.name for t in kernel.tensors] + [s.name for s in kernel.scalars]
-    if len(args) > len(names):
-        raise ArgumentError(f"kernel {kernel.name} takes {len(names)} arguments ({', '.join(names)}), "
-                            f"got {len(args)}")
-    bound = dict(zip(names, args))
-    for k, v in kwargs.items():
-        if k not in names:
-            raise ArgumentError(f"kernel {kernel.name} has no argument '{k}' (it takes {', '.join(names)})")
-        if k in bound:
-            raise ArgumentError(f"argument {k} given twice")
-        bound[k] = v
-    missing = [t.name for t in kernel.tensors if t.name not in bound]
-    if missing:
-        raise ArgumentError(f"kernel {kernel.name}: missing array argument(s) {', '.join(missing)}")
-    for s in kernel.scalars:
-        if s.name not in bound:
-            if s.default is None:
-                raise ArgumentError(f"kernel {kernel.name}: missing scalar argument {s.name}")
-            bound[s.name] = s.default
-    return bound
-
-
-def validate(kernel: ir.Kernel, bound: dict[str, Any], device: int | None = None
-             ) -> tuple[dict[str, ArrayInfo], dict[str, int], int]:
-    """Check each array against its declaration; returns (infos, dims, device)."""
-    dims = ShapeBindings()
-    infos: dict[str, ArrayInfo] = {}
-    for t in kernel.tensors:
-        info = check_array(bound[t.name], name=t.name, dtype=t.dtype.name, shape=t.dims, dims=dims,
-                           contiguous=True, device=device)
-        if device is None:
-            device = info.device
-        infos[t.name] = info
-    for s in kernel.scalars:
-        v = bound[s.name]
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) if s.dtype.is_float else \
-            isinstance(v, (int, bool))
-        if not ok:
-            raise ArgumentError(f"argument {s.name}: expected a {s.dtype} scalar, got {v!r}")
-    for d, n in dims.items():
-        if n < 1:
-            raise ArgumentError(f"dimension {d} is {n} (from argument {dims.origin.get(d, '?')}); "
-                                "every dimension must be at least 1")
-    check_preconditions(kernel, dict(dims), {s.name: bound[s.name] for s in kernel.scalars})
-    return infos, dict(dims), device if device is not None else 0
-
-
-def check_preconditions(kernel: ir.Kernel, dims: dict[str, int], scalars: dict[str, Any]) -> None:
-    """Every `assume(cond)` of the kernel must hold for these dims (the verifier relied on it)."""
-    from argus.interp.machine import BlockMachine
-    from argus.ir.printer import expr as show
-
-    m = BlockMachine(kernel, {}, dims, scalars, (0, 0, 0), (1, 1, 1))
-    known = set(dims) | set(scalars)
-    for st in walk(kernel.body):
-        if isinstance(st, ir.Assume) and (st.over is not None or any(
-                isinstance(x, (ir.Load, ir.Special)) or isinstance(x, ir.Var) and x.name not in known
-                for x in walk(st.cond))):
-            continue  # a contract over tensor contents (routing metadata): checked by the interpreter only
-        if isinstance(st, ir.Assume) and not m.scalar(st.cond):
-            where = f" ({st.span.path}:{st.span.line})" if st.span else ""
-            values = ", ".join(f"{d}={v}" for d, v in dims.items())
-            raise ArgumentError(f"precondition assume({show(st.cond)}){where} does not hold for {values}")
+from argus.runtime.arguments import bind_arguments, check_preconditions, validate  # noqa: F401 (re-exported)
+from argus.runtime.arrays import ITEMSIZE, ArgumentError, ArrayInfo, array_info, module_root
 
 
 def _padded_copy(name: str, obj: Any, info: ArrayInfo) -> Any:

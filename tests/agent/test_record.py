@@ -109,3 +109,15 @@ def test_a_record_that_is_a_fifo_or_a_link_is_refused(tmp_path: Path) -> None:
         RunRecord.resume(d / "record.jsonl", {})
     with pytest.raises(RecordError, match="already holds a run"):
         RunRecord.create(d / "record.jsonl", {})
+
+
+def test_records_carry_schema_version_and_resume_refuses_another(finished: Path, tmp_path: Path) -> None:
+    from argus.records import SCHEMA_VERSION
+
+    rec = copy_of(finished, tmp_path)
+    assert all(json.loads(x)["schema_version"] == SCHEMA_VERSION for x in lines(rec))
+    header = json.loads(lines(rec)[0])
+    rest = rec.read_bytes().split(b"\n", 1)[1]
+    rec.write_bytes(json.dumps({**header, "schema_version": SCHEMA_VERSION + 1}).encode() + b"\n" + rest)
+    with pytest.raises(RecordError, match="schema_version"):
+        RunRecord.resume(rec, header)

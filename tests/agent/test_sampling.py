@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from argus.agent.sampling import SlicedReference, choose_indices, compare_sample
-from argus.ir.build import build_source
 from argus.interp.run import make_arrays
+from argus.ir.build import build_source
 from tests.agent import helpers as h
 
 

@@ -287,7 +287,8 @@ def test_cli_build_writes_the_artefact_and_reports_resources(tmp_path: Path, cap
     cubin = tmp_path / "g.cubin"
     assert main(["build", "examples/gemm_ws.arg", "--arch", "sm_90a", "-o", str(cubin), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    (kern,) = report["kernels"]
+    assert report["schema_version"] == 1 and report["kernel"] == "gemm_ws"
+    (kern,) = report["functions"]
     assert kern["registers"] == 168 and kern["spill_store_bytes"] == 0 and kern["dynamic_smem_bytes"] > 190_000
     assert cubin.read_bytes()[:4] == b"\x7fELF"
 

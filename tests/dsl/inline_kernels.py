@@ -9,10 +9,12 @@ import argus
 @argus.kernel
 def scale_rows(X: f32[R, C], Y: f32[R, C], alpha: f32 = 2.0):
     BR = param(32)
-    launch(grid=(cdiv(R, BR),), threads=128)
+    BC = param(64)
+    launch(grid=(cdiv(R, BR), cdiv(C, BC)), threads=128)
     r = block_id(0)
-    x = load(X[r * BR : +BR, 0:+64])
-    store(Y[r * BR : +BR, 0:+64], x * alpha)
+    c = block_id(1)
+    x = load(X[r * BR : +BR, c * BC : +BC])
+    store(Y[r * BR : +BR, c * BC : +BC], x * alpha)
     with reference:
         Y = X * alpha
 

@@ -185,7 +185,7 @@ def test_check_array_messages() -> None:
     b = _FakeCAI((64, 32))
     with pytest.raises(ArgumentError) as e:
         check_array(b, name="B", dtype="bf16", shape=("K", "N"), device=0)
-    assert str(e.value) == "argument B: expected bf16[K, N] contiguous on cuda:0, got f32[64, 32] on cuda:0"
+    assert e.value.message == "argument B: expected bf16[K, N] contiguous on cuda:0, got f32[64, 32] on cuda:0"
 
     dims = ShapeBindings()
     check_array(_FakeCAI((128, 64)), name="A", dtype="f32", shape=("M", "K"), dims=dims)
@@ -408,7 +408,7 @@ def test_launch_argument_errors() -> None:
         k.module.kernel("nope")
     with pytest.raises(ArgumentError) as e:
         check_array(torch.zeros(64, 32, device="cuda"), name="B", dtype="bf16", shape=("K", "N"), device=0)
-    assert str(e.value) == "argument B: expected bf16[K, N] contiguous on cuda:0, got f32[64, 32] on cuda:0"
+    assert e.value.message == "argument B: expected bf16[K, N] contiguous on cuda:0, got f32[64, 32] on cuda:0"
     # Nothing above reached the GPU in a broken state: a correct launch still works.
     k.launch(1, 32, (x, x, x, 8))
     drv.synchronize()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import z3
 
 from argus.analysis.checks.common import Analysis
-from argus.analysis.executor import Obligation
 from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
 from argus.analysis.solve import check_batch, counterexample, small_model
 from argus.analysis.symbolic import as_int
+from argus.analysis.trace import Obligation
 from argus.ir.threads import copy_thread
 
 CODES = ["oob-global"]

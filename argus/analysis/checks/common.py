@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from argus.analysis.executor import Trace
 from argus.analysis.symbolic import Context
+from argus.analysis.trace import Trace
 from argus.ir import nodes as ir
 
 

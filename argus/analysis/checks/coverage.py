@@ -1,217 +1,178 @@
 """Output coverage: every element of every output is written, and none twice, over the whole grid.
 
-Stores are collected for one symbolic block; the block ids are then quantified: "unwritten" asks for an
-in-range element that no block's store covers (a universally quantified block), "written twice" for
-two distinct (block, store) pairs covering the same element. Paths whose decisions depend on the block
-id (different blocks, different control flow) are reported as unknown.
+A *writer* is one block (or, in a persistent loop, one tile) executing one path. Stores are collected
+per explored path for one symbolic block; coverage then quantifies over writers:
+
+- "unwritten": an in-range element that no writer's store covers. For each store, the writer that
+  would cover element c is solved from its starts (`T * b + offset`): c is unwritten if no store's
+  candidate writer, taking that store's path, covers it.
+- "written twice": two distinct writers (or two stores of one writer) covering one element; two
+  different paths are never the same block.
+
+Paths are grouped by the stores they make; a group's path condition is the disjunction of its paths'
+constraints with the block ids renamed per writer, so blocks that take different paths (a last block
+handling a remainder) are covered as they really run. Persistent tile loops: argus.analysis.checks.
+coverage_tiles (the tile schedule is a bijection onto the output's tile grid). Stores whose positions
+depend on tensor contents (MoE routing): argus.analysis.checks.coverage_data.
 """
 
 from __future__ import annotations
 
 import z3
 
+from argus.analysis import terms as T
 from argus.analysis.checks.common import Analysis
-from argus.analysis.executor import Obligation
+from argus.analysis.checks.coverage_data import data_coverage, data_dependent
+from argus.analysis.checks.coverage_tiles import tile_coverage
 from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
 from argus.analysis.solve import counterexample, value
+from argus.analysis.solving import check_split
 from argus.analysis.symbolic import SOLVER_TIMEOUT_MS, as_int, solver
+from argus.analysis.trace import Obligation, View
 
 CODES = ["output-unwritten", "output-written-twice"]
 
 
-def _mentions(e, names: set[str]) -> bool:
-    todo = [e]
-    while todo:
-        x = todo.pop()
-        if z3.is_const(x) and x.decl().name() in names:
-            return True
-        todo.extend(x.children())
-    return False
+class Coverage:
+    """Verdicts of the two coverage checks, per output."""
+
+    def __init__(self, a: Analysis):
+        self.a = a
+        self.status = {c: VERIFIED for c in CODES}
+        self.findings: dict[str, list[Finding]] = {c: [] for c in CODES}
+
+    def unknown(self, code: str, span, reason: str) -> None:
+        if self.status[code] == VERIFIED:
+            self.status[code] = UNKNOWN
+        self.findings[code].append(Finding(code, UNKNOWN, f"not proved: {reason}", span, invariant=CHECKS[code]))
+
+    def done(self, code: str, out: str) -> bool:
+        return any(f"'{out}'" in f.message for f in self.findings[code] if f.status == VIOLATED)
+
+    def record(self, code, base, formula, ctx, c, out, msg, span, notes=(), purified=False) -> None:
+        """Ask for a model of `formula` under `base`: a violation with a counterexample, or nothing."""
+        s = solver(SOLVER_TIMEOUT_MS)
+        s.add(*base, formula)
+        small = [d <= 512 for d in ctx.dims.values()]
+        r = s.check(*small)
+        if r != z3.sat:
+            r = check_split(s)
+        if r == z3.unsat:
+            return
+        if r == z3.unknown:
+            self.unknown(code, span, f"the solver timed out on {out}")
+            return
+        m = s.model()
+        ob = Obligation(code, span, msg, formula, [], {}, {})
+        cx = counterexample(m, ctx, ob)
+        cx.block = None
+        if c:
+            cx.values = {"element": f"{out}[{', '.join(str(value(m, x)) for x in c)}]"}
+        else:
+            cx.values = {}
+        cx.values.update(tensor_values(m, ctx, formula))
+        cx.notes = list(notes)
+        self.findings[code].append(Finding(code, VIOLATED, msg, span, cx, invariant=CHECKS[code]))
+        self.status[code] = VIOLATED
 
 
 def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
-    status = {c: VERIFIED for c in CODES}
-    findings: dict[str, list[Finding]] = {c: [] for c in CODES}
+    cov = Coverage(a)
     live = [(t, c) for t, c in zip(a.traces, a.contexts) if t.deadlock is None]
-    # When every path performs the same stores, it does not matter which path each block takes:
-    # check once, under the constraints common to all paths.
-    sigs = {_signature(t) for t, _ in live}
-    same_stores = len(sigs) == 1 and live
-    for trace, ctx in (live[:1] if same_stores else live):
-        block_names = {str(b) for b in ctx.block}
-        decided = trace.constraints[len(ctx.constraints):]
-        store_src = trace
-        if same_stores:
-            trace = _Base(list(ctx.constraints))
-        elif any(_mentions(c, block_names) for c in decided if not isinstance(c, bool)):
-            for c in CODES:
-                if status[c] == VERIFIED:
-                    status[c] = UNKNOWN
-            a.notes.append("coverage: blocks take different paths; coverage not proved")
-            continue
-        base = [c for c in trace.constraints if not _mentions(c, block_names)]
-        for out in a.kernel.outputs:
-            t = a.kernel.tensor(out)
-            stores = [s for s in store_src.stores if s.view.base == out]
-            data = _data_dependent(stores, ctx)
-            dims = [as_int(d) if isinstance(d, int) else ctx.dims[d] for d in t.dims]
-            c = tuple(z3.Int(f"{out}_c{d}") for d in range(len(dims)))
-            in_range = z3.And(*[z3.And(x >= 0, x < d) for x, d in zip(c, dims)])
-
-            def covers(st, blk, ctx=ctx, c=c):
-                sub = list(zip(ctx.block, blk))
-                starts = tuple(z3.substitute(as_int(s), *sub) for s in st.view.starts)
-                from argus.analysis.executor import View
-                v = View(st.view.space, st.view.base, starts, st.view.extents, st.view.transposed, st.view.shape,
-                         st.view.dtype)
-                if st.view.keep is None:
-                    return v.covers(c)
-                keep = z3.substitute(_bool(st.view.keep(tuple(v.local(c)))), *sub)
-                return z3.And(v.covers(c), keep)
-
-            def in_grid(blk, ctx=ctx):
-                return z3.And(*[z3.And(b >= 0, b < as_int(g)) for b, g in zip(blk, ctx.grid)])
-
-            if data:
-                _data_coverage(status, findings, a, ctx, trace, base, block_names, out, stores, c, in_range,
-                               covers, in_grid, data)
-                continue
-            if not _done(status, findings, "output-unwritten", out):
-                # For each store, the block that would cover element c (solving start(b) <= c < start(b) + T
-                # for starts of the form T * b + offset); c is unwritten if no store's candidate covers it.
-                # A wrongly claimed violation is caught by replay; a verified claim is sound either way.
-                cands = [_candidate_block(st, ctx, c) for st in stores]
-                if any(cb is None for cb in cands):
-                    bq = tuple(z3.Int(f"q{d}") for d in range(3))
-                    none = z3.ForAll(list(bq), z3.Implies(in_grid(bq), z3.Not(z3.Or(*[covers(s, bq) for s in stores]))))
-                else:
-                    none = z3.And(*[z3.Not(z3.And(in_grid(cb), covers(st, cb))) for st, cb in zip(stores, cands)])
-                if not stores:
-                    none = z3.BoolVal(True)
-                _record(status, findings, "output-unwritten", base, z3.And(in_range, none), ctx, c, out, trace,
-                        f"output '{out}' has elements no block writes", stores[0].span if stores else a.kernel.span)
-            if not _done(status, findings, "output-written-twice", out) and stores:
-                b1, b2, pairs = _two_writers(stores, covers)
-                _record(status, findings, "output-written-twice", base,
-                        z3.And(in_range, in_grid(b1), in_grid(b2), z3.Or(*pairs)), ctx, c, out, trace,
-                        f"output '{out}' has elements written more than once", stores[0].span)
-    return {k: (status[k], findings[k]) for k in CODES}
+    if not live:
+        return {k: (cov.status[k], cov.findings[k]) for k in CODES}
+    for out in a.kernel.outputs:
+        if any(data_dependent([s for s in t.stores if s.view.base == out], c) for t, c in live):
+            for trace, ctx in live:
+                data_coverage(cov, a, trace, ctx, out)
+        elif any(t.tiles for t, _ in live):
+            tile_coverage(cov, a, live, out)
+        else:
+            block_coverage(cov, a, live, out)
+    return {k: (cov.status[k], cov.findings[k]) for k in CODES}
 
 
-def _data_dependent(stores, ctx) -> list[str]:
-    """Tensors whose contents (uninterpreted functions) decide where a store writes."""
-    names = {f.name() for f in ctx.functions.values()}
-    found: set[str] = set()
-    for st in stores:
-        terms = [as_int(x) for x in st.view.starts if not isinstance(x, int)]
-        if st.view.keep is not None:
-            terms.append(st.view.keep(tuple(z3.Int(f"_keep{d}") for d in range(len(st.view.shape)))))
-        todo = list(terms)
-        while todo:
-            x = todo.pop()
-            if z3.is_app(x) and x.decl().name() in names and x.num_args() > 0:
-                found.add(x.decl().name())
-            todo.extend(x.children())
-    return sorted(found)
+# ---- writers are blocks ----
+def block_coverage(cov: Coverage, a: Analysis, live, out: str) -> None:
+    trace0, ctx = live[0]
+    t = a.kernel.tensor(out)
+    dims = [as_int(d) if isinstance(d, int) else ctx.dims[d] for d in t.dims]
+    c = tuple(z3.Int(f"{out}_c{d}") for d in range(len(dims)))
+    in_range = z3.And(*[z3.And(x >= 0, x < d) for x, d in zip(c, dims)])
+    block_names = {str(b) for b in ctx.block}
+    base = [x for x in ctx.constraints if not T.mentions(x, block_names)]
+    groups: dict[tuple, tuple[list, list]] = {}
+    for trace, _ctx in live:
+        stores = [s for s in trace.stores if s.view.base == out]
+        # which path a block takes: its decisions, not the loop trip counts (explored up to a cap and
+        # certified periodic beyond it, so they do not restrict which blocks store)
+        trips = {x.get_id() for x in trace.trip_constraints}
+        path = [x for x in trace.constraints if not (isinstance(x, z3.ExprRef) and x.get_id() in trips)]
+        groups.setdefault(signature(stores), (stores, []))[1].append(path)
+    # one group: every path makes the same stores, so which path a block takes does not matter
+    single = len(groups) == 1
 
-
-def _bool(v):
-    return z3.BoolVal(v) if isinstance(v, bool) else v
-
-
-def _data_coverage(status, findings, a, ctx, trace, base, block_names, out, stores, c, in_range, covers, in_grid,
-                   data) -> None:
-    """Coverage of an output whose written elements depend on tensor contents (a host schedule).
-
-    Every block satisfies the kernel's assumes, so the constraints that mention the block ids are
-    instantiated for the blocks the query talks about, and the quantified assumes
-    (assume(lambda i: ..., over=N): the schedule contract) at the element's coordinates and at its
-    position inside each block's tile. "Written twice" asks for two distinct blocks writing one
-    element; "unwritten" for an element that none of the candidate blocks writes, the candidates for a
-    data-dependent block id being the tensor reads of the instantiated contract (e.g. row_tile[r]).
-    Without a contract that settles it, the answer is a claim that replay must confirm."""
-    per_block = [x for x in trace.constraints if not isinstance(x, bool) and _mentions(x, block_names)]
-    fns = {f.name() for f in ctx.functions.values()}
-
-    def facts(blk, stores_for_local) -> list:
+    def cond(paths: list, blk) -> object:
+        if single:
+            return z3.BoolVal(True)
         sub = list(zip(ctx.block, blk))
-        out_f = [z3.substitute(x, *sub) for x in per_block]
-        vals = list(c)
-        for st in stores_for_local:
-            starts = [z3.substitute(as_int(x), *sub) for x in st.view.starts]
-            vals += [c[ax] - s0 for ax, (s0, e) in enumerate(zip(starts, st.view.extents)) if e is not None]
-        for q in ctx.quantified:
-            for v in vals:
-                out_f.append(z3.substitute(ctx.instantiate(q, v), *sub))
-        return [z3.Implies(in_grid(blk), z3.And(*out_f))] if out_f else []
+        return z3.Or(*[z3.And(*[z3.substitute(T.zb(x), *sub) for x in p]) for p in paths])
 
-    if not _done(status, findings, "output-written-twice", out):
-        b1, b2, pairs = _two_writers(stores, covers)
-        formula = z3.And(in_range, in_grid(b1), in_grid(b2), *facts(b1, stores), *facts(b2, stores), z3.Or(*pairs))
-        _record(status, findings, "output-written-twice", base, formula, ctx, c, out, trace,
-                f"output '{out}' has elements written more than once", stores[0].span)
-    if not _done(status, findings, "output-unwritten", out):
-        # global instances of the block-independent contract at the element's coordinates
-        glob = []
-        for q in ctx.quantified:
-            for v in c:
-                f = ctx.instantiate(q, v)
-                if not _mentions(f, block_names):
-                    glob.append(f)
-        fns = {f.name() for f in ctx.functions.values()}  # after instantiating: the contract may read more
-        reads = []
-        todo = list(glob)
-        while todo:
-            x = todo.pop()
-            if z3.is_app(x) and x.decl().name() in fns and x.num_args() > 0 and x.sort() == z3.IntSort() \
-                    and not any(x.eq(y) for y in reads):
-                reads.append(x)
-            todo.extend(x.children())
-        cands_per_axis = []
-        for b in ctx.block:
-            opts = []
+    def in_grid(blk):
+        return z3.And(*[z3.And(b >= 0, b < as_int(g)) for b, g in zip(blk, ctx.grid)])
+
+    span = next((s.span for stores, _ in groups.values() for s in stores), a.kernel.span)
+    if not cov.done("output-unwritten", out):
+        misses = []
+        for stores, paths in groups.values():
             for st in stores:
-                for ax, (start, ext) in enumerate(zip(st.view.starts, st.view.extents)):
-                    e = as_int(start)
-                    if not _mentions(e, {str(b)}):
-                        continue
-                    at0 = z3.simplify(z3.substitute(e, (b, z3.IntVal(0))))
-                    at1 = z3.simplify(z3.substitute(e, (b, z3.IntVal(1))))
-                    step = z3.simplify(at1 - at0)
-                    size = ext or 1
-                    if z3.is_int_value(step) and step.as_long() == size and not _mentions(at0, block_names):
-                        opts.append((c[ax] - at0) / size)
-                    else:
-                        opts.extend(reads)
-            cands_per_axis.append(opts or [z3.IntVal(0)])
-        import itertools
-
-        combos = list(itertools.islice(itertools.product(*cands_per_axis), 64))
-        none, extra = [], []
-        for cb in combos:
-            extra += facts(cb, stores)
-            none.append(z3.Not(z3.And(in_grid(cb), z3.Or(*[covers(st, cb) for st in stores]))))
-        formula = z3.And(in_range, *glob, *extra, *none) if stores else in_range
-        _record(status, findings, "output-unwritten", base, formula, ctx, c, out, trace,
-                f"output '{out}' has elements no block writes", stores[0].span if stores else a.kernel.span)
-    note = (f"coverage of '{out}': the elements a block writes depend on the contents of {', '.join(data)}; "
-            "proved from the kernel's assumes instantiated per block")
-    if note not in a.notes:
-        a.notes.append(note)
-
-
-class _Base:
-    """A stand-in trace holding only the path-independent constraints."""
-
-    def __init__(self, constraints):
-        self.constraints = constraints
+                cb = candidate_block(st, ctx, c)
+                if cb is None:
+                    bq = tuple(z3.Int(f"q{d}") for d in range(3))
+                    misses.append(z3.ForAll(list(bq), z3.Not(z3.And(in_grid(bq), cond(paths, bq),
+                                                                      covers(st, bq, ctx, c)))))
+                else:
+                    misses.append(z3.Not(z3.And(in_grid(cb), cond(paths, cb), covers(st, cb, ctx, c))))
+        cov.record("output-unwritten", base, z3.And(in_range, *misses), ctx, c, out,
+                   f"output '{out}' has elements no block writes", span)
+    if not cov.done("output-written-twice", out):
+        b1 = tuple(z3.Int(f"p{d}") for d in range(3))
+        b2 = tuple(z3.Int(f"r{d}") for d in range(3))
+        items = [(g, st, paths) for g, (stores, paths) in enumerate(groups.values()) for st in stores]
+        pairs = []
+        for i, (g1, s1, p1) in enumerate(items):
+            for j in range(i, len(items)):
+                g2, s2, p2 = items[j]
+                same_block = z3.And(*[x == y for x, y in zip(b1, b2)])
+                if i == j or g1 != g2:
+                    distinct = z3.Not(same_block)  # one store twice, or two paths: different blocks
+                else:
+                    distinct = z3.BoolVal(True)  # two stores of one path
+                pairs.append(z3.And(distinct, cond(p1, b1), cond(p2, b2), covers(s1, b1, ctx, c),
+                                    covers(s2, b2, ctx, c)))
+        if pairs:
+            cov.record("output-written-twice", base, z3.And(in_range, in_grid(b1), in_grid(b2), z3.Or(*pairs)),
+                       ctx, c, out, f"output '{out}' has elements written more than once", span)
 
 
-def _signature(trace) -> tuple:
-    return tuple(sorted((s.view.base, str(s.view.starts), s.view.extents, s.masked) for s in trace.stores))
+def covers(st, blk, ctx, c):
+    """st, run by block `blk`, writes element c."""
+    sub = list(zip(ctx.block, blk))
+    starts = tuple(z3.substitute(as_int(s), *sub) for s in st.view.starts)
+    v = View(st.view.space, st.view.base, starts, st.view.extents, st.view.transposed, st.view.shape, st.view.dtype)
+    if st.view.keep is None:
+        return v.covers(c)
+    keep = z3.substitute(T.zb(st.view.keep(tuple(v.local(c)))), *sub)
+    return z3.And(v.covers(c), keep)
 
 
-def _candidate_block(st, ctx, c) -> tuple | None:
+def signature(stores) -> tuple:
+    return tuple(sorted((s.view.base, str(s.view.starts), s.view.extents, s.masked,
+                         str(s.view.keep(tuple(z3.Int(f"_k{d}") for d in range(len(s.view.shape)))))
+                         if s.view.keep is not None else None) for s in stores))
+
+
+def candidate_block(st, ctx, c) -> tuple | None:
     """The block whose store `st` would cover element c, when each block id appears in exactly one
     axis start as +-T * b + offset (T the tile extent); None when the starts have another form."""
     blk = []
@@ -219,14 +180,14 @@ def _candidate_block(st, ctx, c) -> tuple | None:
         found = None
         for ax, (start, ext) in enumerate(zip(st.view.starts, st.view.extents)):
             e = as_int(start)
-            if not _mentions(e, {str(b)}):
+            if not T.mentions(e, {str(b)}):
                 continue
             size = ext or 1  # an indexed axis (b, h) covers one coordinate per block
             at0 = z3.simplify(z3.substitute(e, (b, z3.IntVal(0))))
             at1 = z3.simplify(z3.substitute(e, (b, z3.IntVal(1))))
             step = z3.simplify(at1 - at0)
             others = {str(x) for x in ctx.block if x is not b}
-            if not z3.is_int_value(step) or abs(step.as_long()) != size or _mentions(at0, others):
+            if not z3.is_int_value(step) or abs(step.as_long()) != size or T.mentions(at0, others):
                 return None
             # ascending tiles: b = (c - start(0)) / T; descending (start(0) - T * b, e.g. heavy blocks
             # launched first): b = ceil((start(0) - c) / T)
@@ -236,34 +197,7 @@ def _candidate_block(st, ctx, c) -> tuple | None:
     return tuple(blk)
 
 
-def _done(status, findings, code, out) -> bool:
-    return any(f"'{out}'" in f.message for f in findings[code])
-
-
-def _record(status, findings, code, base, formula, ctx, c, out, trace, msg, span) -> None:
-    s = solver(SOLVER_TIMEOUT_MS)
-    s.add(*base, formula)
-    small = [d <= 512 for d in ctx.dims.values()]
-    r = s.check(*small)
-    if r == z3.unsat:
-        r = s.check()
-    if r == z3.unsat:
-        return
-    if r == z3.unknown:
-        if status[code] == VERIFIED:
-            status[code] = UNKNOWN
-        return
-    m = s.model()
-    ob = Obligation(code, span, msg, formula, [], {}, {})
-    cx = counterexample(m, ctx, ob)
-    cx.block = None
-    cx.values = {"element": f"{out}[{', '.join(str(value(m, x)) for x in c)}]"}
-    cx.values.update(_tensor_values(m, ctx, formula))
-    findings[code].append(Finding(code, VIOLATED, msg, span, cx, invariant=CHECKS[code]))
-    status[code] = VIOLATED
-
-
-def _tensor_values(m, ctx, formula, limit: int = 16) -> dict:
+def tensor_values(m, ctx, formula, limit: int = 16) -> dict:
     """The tensor contents (routing metadata) the model chose at the reads the formula makes."""
     names = {f.name() for f in ctx.functions.values()}
     out: dict = {}
@@ -283,18 +217,3 @@ def _tensor_values(m, ctx, formula, limit: int = 16) -> dict:
                 out.setdefault(f"{x.decl().name()}[{', '.join(map(str, args))}]", value(m, x))
         todo.extend(x.children())
     return out
-
-
-def _two_writers(stores, covers):
-    """Blocks b1, b2 and the ways two writes of one element can happen: two stores (or one store in
-    two different blocks) covering it."""
-    b1 = tuple(z3.Int(f"p{d}") for d in range(3))
-    b2 = tuple(z3.Int(f"r{d}") for d in range(3))
-    pairs = []
-    for i, s1 in enumerate(stores):
-        for j, s2 in enumerate(stores):
-            if j < i:
-                continue
-            distinct = z3.Or(*[x != y for x, y in zip(b1, b2)]) if i == j else z3.BoolVal(True)
-            pairs.append(z3.And(distinct, covers(s1, b1), covers(s2, b2)))
-    return b1, b2, pairs

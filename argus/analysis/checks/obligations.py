@@ -9,9 +9,8 @@ from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
 from argus.analysis.solve import check_batch, counterexample, small_model
 from argus.ir.threads import copy_thread
 
-CODES = ["mma-contraction", "mma-accumulator", "store-coordinates", "accumulation-coverage", "tag-assertion",
-         "uninitialized-read",
-         "async-read-before-wait", "oob-shared"]
+CODES = ["mma-contraction", "mma-accumulator", "store-coordinates", "accumulation-coverage", "reference-footprint",
+         "tag-assertion", "uninitialized-read", "async-read-before-wait", "oob-shared"]
 
 
 def run(a: Analysis) -> dict[str, tuple]:
@@ -20,7 +19,9 @@ def run(a: Analysis) -> dict[str, tuple]:
     # Longer paths first: a counterexample a few steps into a loop shows its effect on the output
     # (a wrong rescale is invisible with a single kv block), which is what replay needs.
     order = sorted(zip(a.traces, a.contexts), key=lambda tc: -len(tc[0].records))
-    for code in CODES:
+    # other checks' codes may carry obligations too (a ring's protocol: deadlock, async-overwrite)
+    extra = sorted({o.check for tr in a.traces for o in tr.obligations} - set(CODES))
+    for code in CODES + extra:
         t0 = time.perf_counter()
         status, findings, seen = VERIFIED, [], set()
         for trace, ctx in order:
@@ -35,6 +36,8 @@ def run(a: Analysis) -> dict[str, tuple]:
                 st, ob, _m = check_batch(trace, group, ctx)
                 if st == VIOLATED:
                     m = small_model(trace, _conj(ob), ctx)
+                    if ob.refine is not None and (m is None or ob.refine(m) is not None):
+                        m = _m  # the small model only satisfies the over-approximation: keep the confirmed one
                     cx = counterexample(m, ctx, ob) if m is not None else None
                     if cx is not None:
                         cx.thread = _thread(a, code, ob, cx)

@@ -13,11 +13,11 @@ from __future__ import annotations
 import z3
 
 from argus.analysis.checks.common import Analysis
-from argus.analysis.executor import Access
 from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
 from argus.analysis.solve import counterexample, small_model, value
 from argus.analysis.symbolic import as_int, solver
-from argus.ir.threads import MULTI
+from argus.analysis.trace import Access
+from argus.ir.threads import MULTI, Holders
 
 CODES = ["race", "async-overwrite"]
 
@@ -54,7 +54,7 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
         acc = sorted(trace.accesses, key=lambda x: x.pos)
         for i, x in enumerate(acc):
             for y in acc[i + 1:]:
-                if x.view.base != y.view.base or (x.kind == "read" and y.kind == "read"):
+                if x.view.base != y.view.base or (x.kind == "read" and y.kind == "read") or x.exempt or y.exempt:
                     continue
                 if x.thread is MULTI and y.thread is MULTI and x.kind == y.kind == "write":
                     pass
@@ -80,8 +80,16 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
     return {c: (status[c], findings[c]) for c in CODES}
 
 
-def _thread_term(acc: Access, idx):
-    return None if acc.thread is MULTI else as_int(acc.thread(idx))
+def _thread_term(acc: Access, idx, conds: list, tag: str):
+    """The thread making access `acc` to element idx (a z3 term, constrained in `conds`), or None for
+    many threads (an mma operand)."""
+    if acc.thread is MULTI:
+        return None
+    if isinstance(acc.thread, Holders):
+        t, s = z3.Int(f"thread_{tag}"), z3.Int(f"slot_{tag}")
+        conds.extend(acc.thread.constraints(tuple(as_int(i) for i in idx), t, s))
+        return t
+    return as_int(acc.thread(idx))
 
 
 def _query(trace, ctx, x: Access, y: Access):
@@ -91,7 +99,7 @@ def _query(trace, ctx, x: Access, y: Access):
     conds = [as_int(p) == as_int(q) for p, q in zip(cx, cy)]
     conds += [c for e, n in zip(ex, x.view.shape) for c in (e >= 0, e < n)]
     conds += [c for e, n in zip(ey, y.view.shape) for c in (e >= 0, e < n)]
-    tx, ty = _thread_term(x, ex), _thread_term(y, ey)
+    tx, ty = _thread_term(x, ex, conds, "a"), _thread_term(y, ey, conds, "b")
     if tx is not None and ty is not None and x.agent == y.agent:
         conds.append(tx != ty)
     formula = z3.And(*conds)
@@ -107,13 +115,15 @@ def _query(trace, ctx, x: Access, y: Access):
 
 
 def _finding(code, x: Access, y: Access, m, ctx, ex, ey) -> Finding:
-    from argus.analysis.executor import Obligation
+    from argus.analysis.trace import Obligation
 
     ob = Obligation(code, y.span, "", z3.BoolVal(True), [], {}, dict(y.step))
     cx = counterexample(m, ctx, ob)
     elem = tuple(value(m, c) for c in x.view.coords(ex))
-    tx = None if x.thread is MULTI else value(m, x.thread(ex))
-    ty = None if y.thread is MULTI else value(m, y.thread(ey))
+    tx = None if x.thread is MULTI else value(m, z3.Int("thread_a")) if isinstance(x.thread, Holders) \
+        else value(m, x.thread(ex))
+    ty = None if y.thread is MULTI else value(m, z3.Int("thread_b")) if isinstance(y.thread, Holders) \
+        else value(m, y.thread(ey))
     cx.thread = ty if ty is not None else tx
     cx.values = {"element": f"{x.view.base}[{', '.join(map(str, elem))}]"}
     who = {None: "several threads (mma operand)"}

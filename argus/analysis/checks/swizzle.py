@@ -1,8 +1,11 @@
-"""Swizzled shared buffers: the XOR swizzle must map the buffer's elements one-to-one onto itself.
+"""Shared buffers' address maps: one-to-one, inside the allocation.
 
-The swizzle XORs address bits of a 8-row x swizzle-width atom; a buffer whose rows do not fill whole
-atoms (rows not a multiple of 8 per swizzle period, or rows narrower than the swizzle) maps some
-elements outside the buffer or onto each other. Checked exhaustively with the layout algebra.
+A swizzled buffer is allocated exactly its elements, so the XOR swizzle (address bits of an 8-row x
+swizzle-width atom) must map them one-to-one onto themselves: rows that do not fill whole atoms map
+some elements outside the buffer or onto each other. An explicit `layout=` (padding rows against bank
+conflicts: `layout((BM, BK), (BK + 8, 1))`) is allocated its cosize (largest offset + 1) by the code
+generator and the interpreter: its offsets must be distinct and non-negative. Checked exhaustively with
+the layout algebra.
 """
 
 from __future__ import annotations
@@ -31,23 +34,25 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
             phys = smem_offsets(s.layout, s.shape).reshape(-1)
         else:
             phys = np.asarray(smem_swizzle(s.swizzle, s.dtype.bytes)(np.arange(n)))
-        outside = np.nonzero((phys < 0) | (phys >= n))[0]
+        # an explicit layout is allocated its cosize; a swizzle exactly the buffer
+        limit = int(phys.max()) + 1 if s.layout is not None and phys.size else n
+        outside = np.nonzero((phys < 0) | (phys >= limit))[0]
         _, first, counts = np.unique(phys, return_index=True, return_counts=True)
         dup = np.nonzero(counts > 1)[0]
         if not len(outside) and not len(dup):
             continue
         if len(outside):
             i = int(outside[0])
-            what = (f"element {np.unravel_index(i, s.shape)} is swizzled to offset {int(phys[i])}, outside the "
-                    f"{n}-element buffer")
+            what = (f"element {tuple(int(x) for x in np.unravel_index(i, s.shape))} is placed at offset "
+                    f"{int(phys[i])}, outside the {limit}-element allocation")
         else:
             p = int(phys[first[dup[0]]])
             both = np.nonzero(phys == p)[0][:2]
-            what = (f"elements {np.unravel_index(int(both[0]), s.shape)} and {np.unravel_index(int(both[1]), s.shape)}"
-                    f" are both swizzled to offset {p}")
+            what = (f"elements {tuple(int(x) for x in np.unravel_index(int(both[0]), s.shape))} and "
+                    f"{tuple(int(x) for x in np.unravel_index(int(both[1]), s.shape))} are both placed at offset {p}")
         how = f"layout={s.layout}" if s.layout is not None else f"swizzle={s.swizzle}"
         cx = Counterexample(notes=[what])
-        findings.append(Finding("swizzle-bijective", VIOLATED, f"{how} is not a bijection on shared "
+        findings.append(Finding("swizzle-bijective", VIOLATED, f"{how} is not one-to-one on shared "
                                 f"buffer '{s.name}' {list(s.shape)}", s.span, cx,
                                 Replay(True, "confirmed by evaluating the layout: " + what) if s.layout is None
                                 else None,

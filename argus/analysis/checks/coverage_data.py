@@ -1,0 +1,140 @@
+"""Coverage of outputs whose stored positions depend on tensor contents (a host tile schedule, MoE
+routing): proved from the kernel's assumes, instantiated per block, and its quantified contract."""
+
+from __future__ import annotations
+
+import itertools
+
+import z3
+
+from argus.analysis import terms as T
+from argus.analysis.symbolic import as_int
+
+
+def data_dependent(stores, ctx) -> list[str]:
+    """Tensors whose contents (uninterpreted functions) decide where a store writes."""
+    names = {f.name() for f in ctx.functions.values()}
+    found: set[str] = set()
+    for st in stores:
+        terms = [as_int(x) for x in st.view.starts if not isinstance(x, int)]
+        if st.view.keep is not None:
+            terms.append(st.view.keep(tuple(z3.Int(f"_keep{d}") for d in range(len(st.view.shape)))))
+        todo = list(terms)
+        while todo:
+            x = todo.pop()
+            if z3.is_app(x) and x.decl().name() in names and x.num_args() > 0:
+                found.add(x.decl().name())
+            todo.extend(x.children())
+    return sorted(found)
+
+
+def data_coverage(cov, a, trace, ctx, out: str) -> None:
+    """Coverage of an output whose written elements depend on tensor contents (a host schedule).
+
+    Every block satisfies the kernel's assumes, so the constraints that mention the block ids are
+    instantiated for the blocks the query talks about, and the quantified assumes
+    (assume(lambda i: ..., over=N): the schedule contract) at the element's coordinates and at its
+    position inside each block's tile. "Written twice" asks for two distinct blocks writing one
+    element; "unwritten" for an element that none of the candidate blocks writes, the candidates for a
+    data-dependent block id being the tensor reads of the instantiated contract (e.g. row_tile[r]).
+    Without a contract that settles it, the answer is a claim that replay must confirm."""
+    from argus.analysis.checks.coverage import covers as covers_at
+
+    stores = [s for s in trace.stores if s.view.base == out]
+    data = data_dependent(stores, ctx)
+    t = a.kernel.tensor(out)
+    dims = [as_int(d) if isinstance(d, int) else ctx.dims[d] for d in t.dims]
+    c = tuple(z3.Int(f"{out}_c{d}") for d in range(len(dims)))
+    in_range = z3.And(*[z3.And(x >= 0, x < d) for x, d in zip(c, dims)])
+    block_names = {str(b) for b in ctx.block}
+    base = [x for x in trace.constraints if not T.mentions(x, block_names)]
+
+    def covers(st, blk):
+        return covers_at(st, blk, ctx, c)
+
+    def in_grid(blk):
+        return z3.And(*[z3.And(b >= 0, b < as_int(g)) for b, g in zip(blk, ctx.grid)])
+
+    per_block = [x for x in trace.constraints if not isinstance(x, bool) and T.mentions(x, block_names)]
+    fns = {f.name() for f in ctx.functions.values()}
+
+    def facts(blk, stores_for_local) -> list:
+        sub = list(zip(ctx.block, blk))
+        out_f = [z3.substitute(x, *sub) for x in per_block]
+        # the contract at the element's coordinates, at its position in the block's tile, and at the
+        # block's own index (a schedule contract over tiles: tile_expert[u] == row_expert[tile_row[u]])
+        vals = list(c) + [b for b in blk if not (z3.is_int_value(b) and b.as_long() == 0)]
+        for st in stores_for_local:
+            starts = [z3.substitute(as_int(x), *sub) for x in st.view.starts]
+            vals += [c[ax] - s0 for ax, (s0, e) in enumerate(zip(starts, st.view.extents)) if e is not None]
+        for q in ctx.quantified:
+            for v in vals:
+                out_f.append(z3.substitute(ctx.instantiate(q, v), *sub))
+        return [z3.Implies(in_grid(blk), z3.And(*out_f))] if out_f else []
+
+    if not cov.done("output-written-twice", out) and stores:
+        b1, b2, pairs = _two_writers(stores, covers)
+        formula = z3.And(in_range, in_grid(b1), in_grid(b2), *facts(b1, stores), *facts(b2, stores), z3.Or(*pairs))
+        cov.record("output-written-twice", base, formula, ctx, c, out,
+                   f"output '{out}' has elements written more than once", stores[0].span)
+    if not cov.done("output-unwritten", out):
+        # global instances of the block-independent contract at the element's coordinates
+        glob = []
+        for q in ctx.quantified:
+            for v in c:
+                f = ctx.instantiate(q, v)
+                if not T.mentions(f, block_names):
+                    glob.append(f)
+        fns = {f.name() for f in ctx.functions.values()}  # after instantiating: the contract may read more
+        reads = []
+        todo = list(glob)
+        while todo:
+            x = todo.pop()
+            if z3.is_app(x) and x.decl().name() in fns and x.num_args() > 0 and x.sort() == z3.IntSort() \
+                    and not any(x.eq(y) for y in reads):
+                reads.append(x)
+            todo.extend(x.children())
+        cands_per_axis = []
+        for b in ctx.block:
+            opts = []
+            for st in stores:
+                for ax, (start, ext) in enumerate(zip(st.view.starts, st.view.extents)):
+                    e = as_int(start)
+                    if not T.mentions(e, {str(b)}):
+                        continue
+                    at0 = z3.simplify(z3.substitute(e, (b, z3.IntVal(0))))
+                    at1 = z3.simplify(z3.substitute(e, (b, z3.IntVal(1))))
+                    step = z3.simplify(at1 - at0)
+                    size = ext or 1
+                    if z3.is_int_value(step) and step.as_long() == size and not T.mentions(at0, block_names):
+                        opts.append((c[ax] - at0) / size)
+                    else:
+                        opts.extend(reads)
+            cands_per_axis.append(opts or [z3.IntVal(0)])
+        combos = list(itertools.islice(itertools.product(*cands_per_axis), 64))
+        none, extra = [], []
+        for cb in combos:
+            extra += facts(cb, stores)
+            none.append(z3.Not(z3.And(in_grid(cb), z3.Or(*[covers(st, cb) for st in stores]))))
+        formula = z3.And(in_range, *glob, *extra, *none) if stores else in_range
+        cov.record("output-unwritten", base, formula, ctx, c, out,
+                   f"output '{out}' has elements no block writes", stores[0].span if stores else a.kernel.span)
+    note = (f"coverage of '{out}': the elements a block writes depend on the contents of {', '.join(data)}; "
+            "proved from the kernel's assumes instantiated per block")
+    if note not in a.notes:
+        a.notes.append(note)
+
+
+def _two_writers(stores, covers):
+    """Blocks b1, b2 and the ways two writes of one element can happen: two stores (or one store in
+    two different blocks) covering it."""
+    b1 = tuple(z3.Int(f"p{d}") for d in range(3))
+    b2 = tuple(z3.Int(f"r{d}") for d in range(3))
+    pairs = []
+    for i, s1 in enumerate(stores):
+        for j, s2 in enumerate(stores):
+            if j < i:
+                continue
+            distinct = z3.Or(*[x != y for x, y in zip(b1, b2)]) if i == j else z3.BoolVal(True)
+            pairs.append(z3.And(distinct, covers(s1, b1), covers(s2, b2)))
+    return b1, b2, pairs

@@ -1,0 +1,589 @@
+"""Obligations at output stores: each stored element's data flow against its contract.
+
+The contract of an output element is what the `reference:` block computes it from (see
+argus.analysis.reference_terms): the input elements it depends on, which of them are summed, under
+which masks. Where the reference cannot be analysed, or the kernel has none, the contract is implied
+by axis names instead (the legacy checks): a stored element's origin coordinates on an axis named like
+an output axis equal that output coordinate, and an mma accumulator sums its contracted axis exactly
+once over the whole axis.
+
+Codes:
+- `store-coordinates`: an element is stored at the wrong coordinates (pointwise positions differ);
+- `accumulation-coverage`: a summed coordinate is missing or summed twice;
+- `reference-footprint`: any other difference from the reference's data flow (another tensor, a
+  mask that admits other positions, a head computed differently, ...).
+Every store gets obligations for each code in scope, or an Unknown with the reason.
+"""
+
+from __future__ import annotations
+
+import z3
+
+from argus.analysis import terms as T
+from argus.analysis.dependencies import UNWRITTEN, Dependencies, tensors_of
+from argus.analysis.solving import fix_model, solve
+from argus.analysis.symbolic import as_int, solver
+from argus.analysis.trace import Obligation, StoreEvent, Trace, Unknown
+from argus.analysis.values import origin_keys
+from argus.ir import nodes as ir
+
+
+def add_store_obligations(kernel: ir.Kernel, trace: Trace, ctx, contracts) -> None:
+    for n, st in enumerate(trace.stores):
+        idx = tuple(z3.Int(f"o{n}_{d}") for d in range(len(st.view.shape)))
+        domain = [c for i, e in zip(idx, st.view.shape) for c in (i >= 0, i < e)]
+        written = st.inside(idx)
+        coords = tuple(as_int(c) for c in st.view.coords(idx))
+        elem = st.value.tags(idx)
+        names = {f"element[{d}]": i for d, i in enumerate(idx)}
+        contract = contracts.get(st.view.base) if contracts is not None else None
+        if contract is not None and not isinstance(contract, str):
+            contract.obligations(trace, ctx, st, idx, coords, elem, domain, written, names)
+            continue
+        reason = contract if isinstance(contract, str) else None
+        if reason is not None:
+            trace.unknowns.append(Unknown("reference-footprint", st.span, reason))
+        _implicit_store_coordinates(kernel, trace, st, elem, coords, domain, written, names)
+        _implicit_coverage(kernel, trace, ctx, st, elem, domain, written, names)
+
+
+# ---- the contract implied by axis names (no analysable reference) ----
+def _implicit_store_coordinates(kernel, trace, st: StoreEvent, elem, coords, domain, written, names) -> None:
+    dest = kernel.tensor(st.view.base).dims
+    fields = origin_keys(elem.fields)
+    bads, want, got = [], {}, {}
+    for d, c in zip(dest, coords):
+        if not isinstance(d, str):
+            continue
+        keys = [k for k in fields if _axis_name(kernel, k) == d]
+        if not keys:
+            continue
+        if list(dest).count(d) > 1:
+            trace.unknowns.append(Unknown("store-coordinates", st.span, f"output '{st.view.base}' repeats the axis "
+                                          f"name {d}: which coordinate its elements come from needs a reference: "
+                                          "block"))
+            return
+        for k in keys:
+            bads.append(as_int(fields[k]) != c)
+            want[d] = c
+            got[f"{k[0]}.{d}"] = fields[k]
+    if not bads:
+        return
+    trace.obligations.append(Obligation(
+        "store-coordinates", st.span,
+        f"the value stored to {st.view.base}[...] does not come from the coordinates it is stored at",
+        z3.And(written, z3.Or(*bads)), domain, names, st.step,
+        {f"destination {st.view.base}": want, f"value ({elem.origin})": got}, {"view": st.view}))
+
+
+def _axis_name(kernel, key) -> str | None:
+    tensor, axis = key
+    dims = kernel.tensor(tensor).dims
+    return dims[axis] if axis < len(dims) and isinstance(dims[axis], str) else None
+
+
+def _implicit_coverage(kernel, trace, ctx, st: StoreEvent, elem, domain, written, names) -> None:
+    """Each mma accumulator chain sums its contracted coordinate over the whole axis exactly once."""
+    try:
+        chains = T.sum_chains(elem.term, top_only=True)
+    except T.OpaqueTerm as exc:
+        trace.unknowns.append(Unknown("accumulation-coverage", st.span, f"the stored value is not tracked: {exc}"))
+        return
+    for entries in chains.values():
+        steps = [r for r in entries if r.vars and isinstance(r.site, tuple) and r.site[1] == "mma"]
+        if not steps:
+            continue
+        if any(_masked(r.body) for r in steps):
+            trace.unknowns.append(Unknown(
+                "accumulation-coverage", st.span, "the accumulated terms are masked; which positions must be "
+                "summed is given by a reference: block"))
+            continue
+        idx_of = []
+        for r in steps:
+            occ = _index_occurrence(r)
+            if occ is None:
+                break
+            idx_of.append(occ)
+        if len(idx_of) != len(steps):
+            trace.unknowns.append(Unknown("accumulation-coverage", st.span,
+                                          "no input coordinate moves with the mma's k index"))
+            continue
+        targets = {(o.tensor, p) for o, p in idx_of}
+        if len(targets) != 1:
+            trace.unknowns.append(Unknown("accumulation-coverage", st.span,
+                                          "the mma steps of one accumulator contract different tensors or axes"))
+            continue
+        (tensor, pos), = targets
+        d = kernel.tensor(tensor).dims[pos]
+        dim = as_int(d) if isinstance(d, int) else ctx.dims[d]
+        x = z3.Int(f"cov_{tensor}_{pos}_{len(trace.obligations)}")
+        covers = []
+        for r, (o, p) in zip(steps, idx_of):
+            cov = _covers(r, o, p, x)
+            if cov is None:
+                trace.unknowns.append(Unknown("accumulation-coverage", st.span, "the contracted coordinate is not "
+                                              "an affine function of the tile index"))
+                return
+            covers.append(cov)
+        label = d if isinstance(d, str) else f"axis {pos}"
+        dom = [x >= 0, x < dim] + domain + [written]
+        trace.obligations.append(Obligation(
+            "accumulation-coverage", st.span,
+            f"the stored accumulator misses some {label} coordinates (never multiplied in)",
+            z3.And(*[z3.Not(c) for c in covers]), dom, {**names, label: x}, st.step, extra={"kind": "missing"}))
+        if len(covers) > 1:
+            twice = z3.Or(*[z3.And(covers[i], covers[j]) for i in range(len(covers))
+                            for j in range(i + 1, len(covers))])
+            trace.obligations.append(Obligation(
+                "accumulation-coverage", st.span,
+                f"the stored accumulator sums some {label} coordinates more than once", twice, dom,
+                {**names, label: x}, st.step, extra={"kind": "twice"}))
+
+
+def _masked(t: T.Term) -> bool:
+    """Does the term mask positions (a select to -inf or zero, a running max)? A select between the
+    records that may hold a shared element is not a mask."""
+    todo, seen = [t], set()
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if (isinstance(x, T.Lit) and x.kind == "minf") or (isinstance(x, T.Red) and x.kind != "sum"):
+            return True
+        if isinstance(x, T.Sel):
+            if any(isinstance(y, T.Lit) and y.kind in ("minf", "zero") for y in (x.a, x.b)):
+                return True
+            todo.extend((x.a, x.b))
+        elif isinstance(x, T.Op):
+            todo.extend(x.args)
+        elif isinstance(x, T.Red):
+            todo.append(x.body)
+    return False
+
+
+def _index_occurrence(r: T.Red):
+    """The first input element of a step whose coordinates move with the step's own index, and the
+    position of the first such coordinate."""
+    names = {v.decl().name() for v in r.vars}
+    for o in T.occurrences(r.body, uninit_as=None):
+        for p, c in enumerate(o.coords):
+            if T.mentions(c, names):
+                return o, p
+    return None
+
+
+def _covers(r: T.Red, occ: T.Occurrence, pos: int, x):
+    """z3 Bool: some member of step r puts coordinate x at `pos` of its index element, alive."""
+    sol = solve([(occ.coords[pos], x)], r.vars + occ.bound, _ranges(r))
+    if sol is None or any(v not in sol for v in r.vars):
+        return None
+    sub = [(v, t) for v, t in sol.items()]
+    guard = z3.substitute(T.zb(T.b_and(r.domain, occ.guard)), *sub)
+    hit = z3.substitute(as_int(occ.coords[pos]), *sub) == x
+    return z3.And(guard, hit)
+
+
+def _ranges(r: T.Red) -> dict:
+    return {}
+
+
+# ---- the contract from the reference block ----
+class ReferenceContract:
+    """One output's reference array (argus.analysis.reference_terms.Arr) as a contract for its stores."""
+
+    def __init__(self, kernel: ir.Kernel, output: str, arr, rt):
+        self.k = kernel
+        self.output = output
+        self.arr = arr
+        self.rt = rt
+        self.count = 0
+
+    def rank(self, tensor: str) -> int:
+        return 0 if tensor == UNWRITTEN else len(self.k.tensor(tensor).dims)
+
+    def obligations(self, trace: Trace, ctx, st: StoreEvent, idx, coords, elem, domain, written, names) -> None:
+        ker = elem.term
+        try:
+            ref = self.arr.elem(coords)
+            want = tensors_of(ref)
+        except T.OpaqueTerm as exc:
+            for code in ("reference-footprint", "store-coordinates", "accumulation-coverage"):
+                trace.unknowns.append(Unknown(code, st.span, f"the reference's data flow is not analysed: "
+                                              f"{exc.term.reason}"))
+            return
+        try:
+            got = tensors_of(ker)
+        except T.OpaqueTerm as exc:
+            for code in ("reference-footprint", "store-coordinates", "accumulation-coverage"):
+                trace.unknowns.append(Unknown(code, st.span, f"the stored value is not tracked: {exc.term.reason}"))
+            return
+        self.count += 1
+        n = self.count
+        cvars = {t: tuple(z3.Int(f"c{n}_{t}_{p}") for p in range(self.rank(t))) for t in got | want}
+        deps = Dependencies(cvars)
+        base = domain + [written] + self.lemmas(ctx, ref)
+        sums = top_sums(ref)
+        index_tensors = {t for r in sums for t in summed_tensors(r)}
+        masked = {t for r in sums if _masked(r.body) for t in summed_tensors(r)}
+        for tensor in sorted(got | want, key=str):
+            allpos = frozenset(range(self.rank(tensor)))
+            pos = store_positions(ref, tensor, coords) if tensor in want and tensor in got else frozenset()
+            if pos and pos != allpos:
+                # a value stored at the wrong place reads inputs at other output coordinates (what the
+                # element misses at those positions is reported by the full comparison below)
+                self._l1(trace, st, deps, ker, ref, tensor, pos, "store-coordinates", base, names, cvars, True)
+            if tensor == UNWRITTEN:
+                code = "uninitialized-read"
+            elif tensor in index_tensors and tensor not in masked:
+                code = "accumulation-coverage"
+            elif pos == allpos and pos:
+                code = "store-coordinates"
+            else:
+                code = "reference-footprint"
+            self._l1(trace, st, deps, ker, ref, tensor, allpos, code, base, names, cvars)
+        self._multiplicity(trace, st, ker, sums, base, names)
+
+    def lemmas(self, ctx, ref) -> list:
+        """Facts about reference functions the kernel's own assumptions pin down: expert_of_rows(r) = e
+        wherever offs[e] <= r < offs[e + 1] (offs non-decreasing, which the reference's searchsorted
+        presumes), instantiated at the experts the kernel reads offs at."""
+        got = getattr(self.rt, "row_expert", None)
+        if got is None:
+            return []
+        fn, offs = got
+        rows = _apps(ref, fn.name())
+        experts = [a.arg(0) for a in ctx.applications if a.decl().name() == _base_name(offs)]
+        out = []
+        for r in rows:
+            for e in experts:
+                lo, hi = offs.value((e,)), offs.value((e + 1,))
+                out.append(z3.Implies(z3.And(lo <= r.arg(0), r.arg(0) < hi), r == e))
+        return out
+
+    def _l1(self, trace, st, deps, ker, ref, tensor, positions, code, base, names, cvars, extra_only=False) -> None:
+        """The kernel element depends on tensor[c] (at `positions`) exactly when the reference does."""
+        c = cvars[tensor]
+        dims = () if tensor == UNWRITTEN else self.k.tensor(tensor).dims
+        shown = {f"{tensor}.{dims[p]}" if isinstance(dims[p], str) else f"{tensor}.axis{p}": c[p]
+                 for p in sorted(positions)}
+        what = "unwritten shared memory" if tensor == UNWRITTEN else \
+            f"{tensor}[{', '.join(str(dims[p]) if p in positions else '_' for p in range(len(c)))}]"
+        k_exact, r_exact = deps.exact(ker, tensor, positions), deps.exact(ref, tensor, positions)
+        if k_exact is not False:
+            bad = T.b_and(k_exact, T.b_not(deps.under(ref, tensor, positions, free_coords(ker, tensor))))
+            if bad is not False:
+                trace.obligations.append(Obligation(
+                    code, st.span, f"the stored {self.output} element depends on {what} elements its reference "
+                    "does not use" if tensor != UNWRITTEN else
+                    f"the stored {self.output} element reads shared memory that no copy wrote",
+                    T.zb(bad), base, {**names, **shown}, st.step,
+                    extra={"kind": "extra", "tensor": tensor, "exact": T.zb(T.b_and(k_exact, T.b_not(r_exact)))},
+                    refine=_refiner(T.zb(r_exact), c, positions)))
+        if r_exact is not False and not extra_only:
+            bad = T.b_and(r_exact, T.b_not(deps.under(ker, tensor, positions, free_coords(ref, tensor))))
+            if bad is not False:
+                trace.obligations.append(Obligation(
+                    code, st.span, f"the stored {self.output} element misses {what} elements its reference "
+                    "uses (never read, or masked where the reference keeps them)",
+                    T.zb(bad), base, {**names, **shown}, st.step,
+                    extra={"kind": "missing", "tensor": tensor, "exact": T.zb(T.b_and(r_exact, T.b_not(k_exact)))},
+                    refine=_refiner(T.zb(k_exact), c, positions)))
+
+    def _multiplicity(self, trace, st, ker, sums, base, names) -> None:
+        """Each reference sum over an index the kernel accumulates step by step: no member of the
+        reference's sum is summed twice by the kernel (coverage itself is the dependency check)."""
+        try:
+            chains = T.sum_chains(ker, top_only=True)
+        except T.OpaqueTerm:
+            return
+        # accumulators added together (split accumulators acc0 + acc1) share one reference sum; others
+        # (a numerator and its denominator) are summed separately
+        for group in chain_groups(ker, chains):
+            members = [m for cid in group for m in flatten_chain(chains[cid])]
+            for r in sums:
+                keys = index_atoms(r)
+                if not keys:
+                    continue
+                tensors = {t for t, _p, _v in keys}
+                matched = []
+                for m in members:
+                    hit = direct_index(m, tensors)
+                    if hit is not None:
+                        matched.append((m, hit))
+                if len(matched) < 1:
+                    continue
+                x = [z3.Int(f"twice{self.count}_{n}") for n in range(len(keys))]
+                pairs = []
+                for a in range(len(matched)):
+                    for b in range(a, len(matched)):
+                        pa = _member_at(matched[a], keys, x, "a")
+                        pb = _member_at(matched[b], keys, x, "b")
+                        if pa is None or pb is None:
+                            trace.unknowns.append(Unknown("accumulation-coverage", st.span, "a summed coordinate "
+                                                          "is not an affine function of the kernel's tile index"))
+                            return
+                        ga, va = pa
+                        gb, vb = pb
+                        if a == b:
+                            if not va:
+                                continue  # one member without an index: once
+                            distinct = z3.Or(*[p != q for p, q in zip(va, vb)])
+                            pairs.append(z3.And(ga, gb, distinct))
+                        else:
+                            pairs.append(z3.And(ga, gb))
+                if not pairs:
+                    continue
+                label = ", ".join(f"{t}[{p}]" for t, p, _v in keys)
+                trace.obligations.append(Obligation(
+                    "accumulation-coverage", st.span,
+                    f"the stored {self.output} element sums some {label} coordinates more than once",
+                    z3.Or(*pairs), base, {**names, **{f"{t}[{p}]": xv for (t, p, _v), xv in zip(keys, x)}}, st.step,
+                    extra={"kind": "twice"}))
+
+
+def free_coords(t: T.Term, tensor: str, limit: int = 16) -> tuple:
+    """Coordinates at which `t` reads `tensor` that mention no variable bound in `t` (hints for solving
+    the other side's members: an unrolled loop's pos(t, 3))."""
+    from argus.analysis.dependencies import _atoms, _bound_below
+    bound = _bound_below(t)
+    out, seen = [], set()
+    for a in _atoms(t, tensor):
+        if any(T.mentions(c, bound) for c in a.coords):
+            continue
+        key = tuple(z3.simplify(T.zi(c)).get_id() for c in a.coords)
+        if key not in seen:
+            seen.add(key)
+            out.append(a.coords)
+        if len(out) >= limit:
+            break
+    return tuple(out)
+
+
+
+
+
+
+def chain_groups(t: T.Term, chains: dict) -> list[list]:
+    """Chains whose accumulators are summands of one another's sum (union over `+` nodes)."""
+    parent = {c: c for c in chains}
+
+    def find(c):
+        while parent[c] != c:
+            parent[c] = parent[parent[c]]
+            c = parent[c]
+        return c
+
+    def roots(x, seen) -> set:
+        if id(x) in seen:
+            return set()
+        seen.add(id(x))
+        if isinstance(x, T.Red) and x.chain in chains:
+            return {x.chain}
+        if isinstance(x, T.Op) and x.fn in ("+", "-", "*"):
+            return set().union(*(roots(a, seen) for a in x.args))
+        return set()
+
+    todo, seen = [t], set()
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, T.Op):
+            if x.fn in ("+", "-"):
+                rs = [roots(a, set()) for a in x.args]
+                flat = [c for r in rs for c in r]
+                for c in flat[1:]:
+                    parent[find(c)] = find(flat[0])
+            todo.extend(x.args)
+        elif isinstance(x, T.Sel):
+            todo.extend((x.a, x.b))
+        elif isinstance(x, T.Red):
+            todo.append(x.body)
+    groups: dict = {}
+    for c in chains:
+        groups.setdefault(find(c), []).append(c)
+    return list(groups.values())
+
+
+def _refiner(exact_other, c, positions):
+    """Confirm a model of an approximated query: with every free variable fixed to the model's value,
+    does the other side really not depend on c? If it does, exclude this coordinate and element."""
+    def refine(m):
+        s = solver(4000)
+        s.add(fix_model(exact_other, m))
+        r = s.check()
+        if r == z3.unsat:
+            return None  # the other side really lacks it: a real violation
+        if r == z3.unknown:
+            return False
+        pins = [c[p] == m.eval(c[p], model_completion=True) for p in sorted(positions)]
+        return z3.Not(z3.And(*pins)) if pins else False
+    return refine
+
+
+def _base_name(arr) -> str:
+    t = arr.elem((z3.IntVal(0),))
+    return t.tensor if isinstance(t, T.Atom) else ""
+
+
+def _apps(t: T.Term, name: str) -> list:
+    """z3 applications of function `name` in the coordinates and guards of a term."""
+    out, seen = [], set()
+    todo_t, seen_t = [t], set()
+    exprs = []
+    while todo_t:
+        x = todo_t.pop()
+        if id(x) in seen_t:
+            continue
+        seen_t.add(id(x))
+        if isinstance(x, T.Atom):
+            exprs.extend(x.coords)
+        elif isinstance(x, T.Op):
+            todo_t.extend(x.args)
+        elif isinstance(x, T.Sel):
+            exprs.append(x.cond)
+            todo_t.extend((x.a, x.b))
+        elif isinstance(x, T.Red):
+            exprs.append(x.domain)
+            todo_t.append(x.body)
+    todo = [e for e in exprs if isinstance(e, z3.ExprRef)]
+    while todo:
+        e = todo.pop()
+        if e.get_id() in seen:
+            continue
+        seen.add(e.get_id())
+        if z3.is_app(e) and e.decl().name() == name and e.num_args() > 0:
+            out.append(e)
+        todo.extend(e.children())
+    return out
+
+
+def top_sums(ref: T.Term) -> list[T.Red]:
+    """The reference's sums not nested in another reduction (the einsum / matmul of an output)."""
+    out, todo, seen = [], [ref], set()
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, T.Red):
+            if x.kind == "sum" and x.vars:
+                out.append(x)
+        elif isinstance(x, T.Op):
+            todo.extend(x.args)
+        elif isinstance(x, T.Sel):
+            todo.extend((x.a, x.b))
+    return out
+
+
+def index_atoms(r: T.Red) -> list[tuple[str, int, object]]:
+    """(tensor, position, var): atoms of r's body, outside nested reductions, whose coordinate at
+    position is one of r's variables (plus a term free of them): what r sums over."""
+    names = {v.decl().name(): v for v in r.vars}
+    found: dict = {}
+    todo, seen = [r.body], set()
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, T.Atom):
+            for p, c in enumerate(x.coords):
+                for name, v in names.items():
+                    if name in found:
+                        continue
+                    lin = solve([(c, z3.Int("_probe"))], (v,))
+                    if lin is not None and T.mentions(c, {name}) and not T.mentions(c, set(names) - {name}):
+                        found[name] = (x.tensor, p, v)
+        elif isinstance(x, T.Op):
+            todo.extend(x.args)
+        elif isinstance(x, T.Sel):
+            todo.extend((x.a, x.b))
+    return [found[n] for n in names if n in found]
+
+
+def summed_tensors(r: T.Red) -> set[str]:
+    """Tensors read by r's body (outside nested reductions) at a coordinate that moves with r's index."""
+    names = {v.decl().name() for v in r.vars}
+    out, todo, seen = set(), [r.body], set()
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, T.Atom):
+            if any(T.mentions(c, names) for c in x.coords):
+                out.add(x.tensor)
+        elif isinstance(x, T.Op):
+            todo.extend(x.args)
+        elif isinstance(x, T.Sel):
+            todo.extend((x.a, x.b))
+    return out
+
+
+def store_positions(ref: T.Term, tensor: str, coords: tuple) -> frozenset:
+    """Positions of `tensor` whose coordinate is exactly one of the output coordinates in every
+    reference atom of it (C[i, j] from A[i, :] and B[:, j]): where a wrong store location shows."""
+    out = None
+    for a in _atoms_of(ref, tensor):
+        pos = {p for p, c in enumerate(a.coords) if any(z3.eq(z3.simplify(T.zi(c)), z3.simplify(T.zi(o)))
+                                                        for o in coords)}
+        out = pos if out is None else out & pos
+    return frozenset(out or ())
+
+
+def _atoms_of(t: T.Term, tensor: str) -> list[T.Atom]:
+    from argus.analysis.dependencies import _atoms
+    return _atoms(t, tensor)
+
+
+def flatten_chain(entries: list[T.Red]) -> list[T.Red]:
+    """The members of one accumulator: mma steps, and for `acc + x` entries, x's own sum if it is one."""
+    out = []
+    for r in entries:
+        if not r.vars and isinstance(r.body, T.Red) and r.body.kind == "sum":
+            out.append(r.body)
+        else:
+            out.append(r)
+    return out
+
+
+def direct_index(m: T.Red, tensors: set[str]):
+    """The atoms of `tensors` that identify member m of a sum: in m's body outside nested reductions
+    and running maxima (a later step's normaliser reads earlier steps' inputs), preferring atoms whose
+    coordinates move with m's own variables. None if a tensor has none."""
+    names = {v.decl().name() for v in m.vars}
+    atoms: dict = {}
+    todo, seen = [m.body], set()
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, T.Atom) and x.tensor in tensors:
+            moves = bool(names) and any(T.mentions(c, names) for c in x.coords)
+            prev = atoms.get(x.tensor)
+            if prev is None or (moves and not prev[1]):
+                atoms[x.tensor] = (x, moves)
+        elif isinstance(x, T.Op) and x.fn not in ("max", "min"):
+            todo.extend(x.args)
+        elif isinstance(x, T.Sel):
+            todo.extend((x.a, x.b))
+    return {t: a for t, (a, _moves) in atoms.items()} if set(atoms) == tensors else None
+
+
+def _member_at(matched, keys, x, tag):
+    """(guard, member variables renamed apart) of a member whose index atoms sit at x."""
+    m, atoms = matched
+    ren = [(v, z3.Int(f"{v.decl().name()}_{tag}")) for v in m.vars]
+    conds = [z3.substitute(T.zb(m.domain), *ren) if ren else T.zb(m.domain)]
+    live = T.zb(m.body.live)
+    conds.append(z3.substitute(live, *ren) if ren else live)
+    for (t, p, _v), xv in zip(keys, x):
+        c = as_int(atoms[t].coords[p])
+        conds.append((z3.substitute(c, *ren) if ren else c) == xv)
+        inside = T.zb(atoms[t].inside)
+        conds.append(z3.substitute(inside, *ren) if ren else inside)
+    return z3.And(*conds), [v2 for _v, v2 in ren]

@@ -1,0 +1,469 @@
+"""Warp-specialised producer/consumer rings, verified by their protocol instead of by simulation.
+
+The pattern (examples/gemm_ws.arg, examples/moe.arg): a producer role and a consumer role run the
+same loop nest (optionally inside the same persistent tile loop); at its q-th step (q counts steps
+across tiles) the producer waits on `empty[q % S]` with parity `(q // S + 1) % 2`, announces the step's
+bytes with `expect_tx(full[q % S], n)` and issues bulk copies into stage `q % S` completing on
+`full[q % S]`; the consumer waits on `full[q % S]` with parity `(q // S) % 2`, reads stage `q % S` and
+releases it with `arrive(empty[q % S])`.
+
+For that protocol, the phase arithmetic of mbarriers gives (by induction over steps, for any number of
+stages S >= 1 and any number of steps):
+- FIFO: the consumer's step q reads exactly what the producer's step q copied (its wait passes only
+  when the phase q // S of full[q % S] completed, which is the producer's step q);
+- no overwrite: the producer's step q + S writes stage q % S only after the consumer's step q
+  released it (its wait on empty needs phase q // S of empty[q % S], the consumer's arrive at step q);
+- progress: neither role waits for a phase the other will not complete.
+
+So the executor runs the two roles in lockstep, step by step (producer then consumer), and turns every
+ring operation into obligations that the kernel follows the pattern at the step's ghost position q
+(`RingStep.q`, the number of steps the roles ran before): barrier indices, parities, the stage a copy
+writes or a read reads, the expect_tx byte count against the bytes copied, barrier counts, no read of a
+stage after releasing it. Data flow is then sequential (the consumer reads the copies of its own step),
+and the ring buffers' accesses are ordered by the protocol (exempt from the race check). A nest that is
+not this pattern falls back to simulating the roles (argus.analysis.executor), or is unknown when it
+runs a persistent tile loop (the simulation cannot carry mbarrier phases across symbolic tiles).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import z3
+
+from argus.analysis.symbolic import Unsupported, as_int
+from argus.analysis.trace import Obligation
+from argus.ir import nodes as ir
+from argus.ir.transform import walk
+
+MBAR_OPS = (ir.WaitBarrier, ir.Arrive, ir.ExpectTx)
+
+
+@dataclass
+class RingPlan:
+    producer: ir.Role
+    consumer: ir.Role
+    full: str  # completed by the producer's expect_tx and its bulk copies
+    empty: str  # completed by the consumer's releases
+    stages: int
+    buffers: frozenset[str]  # written by the producer's bulk copies
+    persistent: bool  # the step loops sit inside a persistent tile loop
+    problems: list = field(default_factory=list)  # (code, span, message): static protocol errors
+
+
+@dataclass
+class RingStep:
+    q: object  # z3 Int: steps run before this one (ghost)
+    facts: list  # constraints defining q (nonlinear: tile index times steps per tile)
+    expected: list = field(default_factory=list)  # expect_tx byte counts (z3 / int)
+    copied: int = 0  # bytes of bulk copies completing on full
+    expects: int = 0
+    arrives: int = 0
+    pending: list = field(default_factory=list)  # records of this step's copies, landed by the consumer's wait
+    waited: bool = False
+    released: bool = False
+    check: bool = True  # emit the protocol obligations (the symbolic step does; unrolled steps need not)
+
+
+class DryAbort(Exception):
+    """The symbolic step reached a decision it cannot take without forking the path."""
+
+
+def _split(body: tuple[ir.Stmt, ...]) -> tuple[tuple, ir.For | None, tuple] | None:
+    loops = [i for i, s in enumerate(body) if isinstance(s, ir.For)]
+    if len(loops) != 1:
+        return None
+    i = loops[0]
+    return body[:i], body[i], body[i + 1:]
+
+
+def _nest(role: ir.Role):
+    """(pre, tile loop | None, tile pre, step loop, tile post, post) of a role, or None."""
+    top = _split(role.body)
+    if top is None:
+        return None
+    pre, loop, post = top
+    if loop.kind == "persistent":
+        inner = _split(loop.body)
+        if inner is None or inner[1].kind == "persistent":
+            return None
+        return pre, loop, inner[0], inner[1], inner[2], post
+    return pre, None, (), loop, (), post
+
+
+def ring_plan(roles: tuple[ir.Role, ...], barriers: dict[str, ir.AllocBarrier]) -> RingPlan | str:
+    """The ring of a producer/consumer role pair, or the reason the roles are not one."""
+    kinds = sorted(r.kind for r in roles)
+    if kinds != ["consumer", "producer"]:
+        return "the roles are not one producer and one consumer"
+    prod = next(r for r in roles if r.kind == "producer")
+    cons = next(r for r in roles if r.kind == "consumer")
+    np_, nc = _nest(prod), _nest(cons)
+    if np_ is None or nc is None:
+        return "a role is not a single loop nest (optionally inside one persistent tile loop)"
+    if (np_[1] is None) != (nc[1] is None):
+        return "one role runs a persistent tile loop and the other does not"
+    pstep, cstep = np_[3], nc[3]
+    for role, nest in ((prod, np_), (cons, nc)):
+        outside = [s for part in (nest[0], nest[2], nest[4], nest[5]) for s in walk(part) if isinstance(s, MBAR_OPS)]
+        if outside:
+            return f"the {role.kind} uses mbarriers outside its step loop"
+    copies = [s for s in walk(pstep.body) if isinstance(s, ir.Copy) and s.mode == "bulk"]
+    if not copies or any(c.barrier is None for c in copies):
+        return "the producer's step issues no bulk copies completing on an mbarrier"
+    fulls = {c.barrier.name for c in copies}
+    if len(fulls) != 1:
+        return "the producer's copies complete on different mbarriers"
+    full = fulls.pop()
+    pwaits = [s for s in walk(pstep.body) if isinstance(s, ir.WaitBarrier)]
+    if len(pwaits) != 1:
+        return "the producer's step does not wait exactly once"
+    empty = pwaits[0].barrier.name
+    if empty == full or full not in barriers or empty not in barriers:
+        return "the producer waits on the barrier its copies complete"
+    S = barriers[full].n or 1
+    if (barriers[empty].n or 1) != S:
+        return f"'{full}' and '{empty}' have different numbers of stages"
+    buffers = frozenset(c.dst.base for c in copies)
+    for role, nest in ((prod, np_), (cons, nc)):
+        for part in (nest[0], nest[2], nest[4], nest[5]):
+            for x in walk(part):
+                if isinstance(x, ir.Ref) and x.space == "shared" and x.base in buffers:
+                    return f"the {role.kind} touches ring buffer '{x.base}' outside its step loop"
+    for x in walk(pstep.body):
+        if isinstance(x, ir.Ref) and x.space == "shared" and x.base in buffers and \
+                not any(c.dst is x for c in copies):
+            return f"the producer reads ring buffer '{x.base}'"
+    cwaits = [s for s in walk(cstep.body) if isinstance(s, ir.WaitBarrier)]
+    if len(cwaits) != 1 or cwaits[0].barrier.name != full:
+        return f"the consumer's step does not wait exactly once, on '{full}'"
+    plan = RingPlan(prod, cons, full, empty, S, buffers, np_[1] is not None)
+    for role, step in ((prod, pstep), (cons, cstep)):
+        for x in walk(step.body):
+            if isinstance(x, (ir.Arrive, ir.ExpectTx, ir.WaitBarrier)) and x.barrier.name not in (full, empty):
+                return f"the {role.kind} uses a third mbarrier '{x.barrier.name}' in its step"
+    expects = [s for s in walk(pstep.body) if isinstance(s, ir.ExpectTx)]
+    f_arrivals = len(expects) + sum(isinstance(s, ir.Arrive) and s.barrier.name == full for s in walk(pstep.body))
+    e_arrivals = sum(isinstance(s, ir.Arrive) and s.barrier.name == empty for s in walk(cstep.body))
+    if f_arrivals != barriers[full].count:
+        plan.problems.append(("deadlock", barriers[full].span,
+                              f"'{full}' completes after {barriers[full].count} arrival(s) but the producer arrives "
+                              f"{f_arrivals} time(s) per step"))
+    if e_arrivals != barriers[empty].count:
+        plan.problems.append(("deadlock" if e_arrivals < barriers[empty].count else "async-overwrite",
+                              barriers[empty].span, f"'{empty}' completes after {barriers[empty].count} "
+                              f"arrival(s) but the consumer releases a stage {e_arrivals} time(s) per step"))
+    return plan
+
+
+class RingRules:
+    """Lockstep execution of a RingPlan; mixed into Executor."""
+
+    ring: RingStep | None = None
+    ring_plan_: RingPlan | None = None
+
+    def exec_ring(self, plan: RingPlan, agents: dict) -> object:
+        from argus.analysis.findings import Counterexample  # noqa: F401 (kept for static problems below)
+
+        for code, span, message in plan.problems:
+            self.trace.obligations.append(Obligation(code, span, message, z3.BoolVal(True), [], {}, {}))
+        prod, cons = agents["producer"], agents["consumer"]
+        np_, nc = _nest(plan.producer), _nest(plan.consumer)
+        self.ring_plan_ = plan
+        try:
+            self._plain(prod, np_[0])
+            self._plain(cons, nc[0])
+            if plan.persistent:
+                yield from self._ring_tiles(plan, prod, cons, np_, nc)
+            else:
+                yield from self._ring_steps(plan, prod, cons, np_[3], nc[3], 0, [])
+            self._plain(prod, np_[5])
+            self._plain(cons, nc[5])
+        finally:
+            self.ring_plan_ = None
+            self.ring = None
+
+    def _plain(self, agent, stmts) -> None:
+        self.agent = agent
+        for s in stmts:
+            for _ in self.exec_stmt(s):
+                raise Unsupported("a role blocks outside its ring steps", s.span)
+
+    def _same(self, prod, cons, e1: ir.Expr, e2: ir.Expr, what: str, span) -> object:
+        self.agent = prod
+        a = self.scalar(e1)
+        self.agent = cons
+        b = self.scalar(e2)
+        if isinstance(a, int) and isinstance(b, int):
+            if a != b:
+                raise Unsupported(f"the producer's and the consumer's {what} differ", span)
+            return a
+        s = z3.Solver()
+        s.set("timeout", 4000)
+        s.add(*self.ctx.constraints, *self.path, as_int(a) != as_int(b))
+        if s.check() != z3.unsat:
+            raise Unsupported(f"the producer's and the consumer's {what} are not provably equal", span)
+        return a
+
+    def _ring_tiles(self, plan, prod, cons, np_, nc):
+        lp, lc = np_[1], nc[1]
+        b = self._same(prod, cons, lp.start, lc.start, "tile loops (first tile)", lp.span)
+        g = self._same(prod, cons, lp.step, lc.step, "tile loops (stride)", lp.span)
+        n = self._same(prod, cons, lp.stop, lc.stop, "tile loops (tile count)", lp.span)
+        if not self.decide(as_int(b) < as_int(n), lp.span):
+            return
+        self.fresh_id += 1
+        t = z3.Int(f"{lp.var}@{self.fresh_id}")
+        j = z3.Int(f"{lp.var}#j{self.fresh_id}")  # this tile is the block's j-th: t = b + j * G
+        self.path.extend([t >= as_int(b), t < as_int(n)])
+        self.tile_vars.append((t, lp, as_int(b), as_int(g), as_int(n)))
+        facts = [j >= 0, t == as_int(b) + j * as_int(g)]
+        self.stale_records(lp)
+        self.stale_records(lc)
+        # the next tile only matters for shared memory outside the ring (the protocol orders the ring's
+        # stages across tiles): run it when a tile touches such memory
+        other = any(isinstance(x, ir.Ref) and x.space == "shared" and x.base not in plan.buffers
+                    for loop in (lp, lc) for x in walk(loop.body))
+        for k, tile in enumerate((t, t + as_int(g))):
+            if k == 1 and (not other or not self.decide(tile < as_int(n), lp.span)):
+                break
+            for agent, loop in ((prod, lp), (cons, lc)):
+                agent.env[loop.var] = tile
+            self.steps[lp.var] = tile
+            self._plain(prod, np_[2])
+            self._plain(cons, nc[2])
+            yield from self._ring_steps(plan, prod, cons, np_[3], nc[3], j + k, facts)
+            self._plain(prod, np_[4])
+            self._plain(cons, nc[4])
+        self.steps.pop(lp.var, None)
+
+    def _ring_steps(self, plan, prod, cons, sp: ir.For, sc: ir.For, tile_index, facts):
+        start = self._same(prod, cons, sp.start, sc.start, "step loops (start)", sp.span)
+        step = self._same(prod, cons, sp.step, sc.step, "step loops (step)", sp.span)
+        stop = self._same(prod, cons, sp.stop, sc.stop, "step loops (stop)", sp.span)
+        start = self.concrete(start, sp.span, what="loop start")
+        step = self.concrete(step, sp.span, what="loop step")
+        if step <= 0:
+            raise Unsupported("loops with a non-positive step", sp.span)
+        count = (as_int(stop) - start + step - 1) / step
+        trips = count if not isinstance(stop, int) else max(0, -(-(stop - start) // step))
+        if not isinstance(trips, int):
+            trips = self.concrete(z3.If(count > 0, count, 0), sp.span, self.trip_cap.get(id(sp), 8), "trip count")
+        per_tile = z3.If(count > 0, count, 0)
+        q0 = 0 if isinstance(tile_index, int) and tile_index == 0 else as_int(tile_index) * per_tile
+        checked = self._symbolic_step(plan, prod, cons, sp, sc, start, step, count, q0, facts)
+        for kidx in range(trips):
+            k = start + kidx * step
+            prod.env[sp.var] = k
+            cons.env[sc.var] = k
+            self.steps[sp.var] = k
+            self.ring = RingStep(as_int(q0) + kidx, list(facts), check=not checked)
+            self.agent = prod
+            yield from self._ring_body(sp.body)
+            self.agent = cons
+            yield from self._ring_body(sc.body)
+            self._end_step(plan, sp, sc)
+        self.ring = None
+        self.steps.pop(sp.var, None)
+
+    def _symbolic_step(self, plan, prod, cons, sp, sc, start, step, count, q0, facts) -> bool:
+        """Prove the protocol obligations once for an arbitrary step kidx in [0, trips): run both step
+        bodies with the loop variable start + kidx * step, keep only the ring obligations, and undo
+        every other effect. False when a step's decision depends on kidx (the unrolled steps then
+        carry the obligations)."""
+        kidx = z3.Int(f"ring_step{self.fresh_id}")
+        self.fresh_id += 1
+        tr = self.trace
+        lens = {f: len(getattr(tr, f)) for f in ("obligations", "accesses", "records", "stores", "global_accesses",
+                                                 "bulk_copies", "mmas", "unknowns", "truncated")}
+        envs = (dict(prod.env), dict(cons.env))
+        saved = (self.pos, dict(self.steps), list(self.path), self.agent, len(self.taken),
+                 len(self.alternatives), self.uncommitted, list(self.groups))
+        k = as_int(start) + kidx * step
+        prod.env[sp.var] = k
+        cons.env[sc.var] = k
+        self.steps[sp.var] = k
+        self.path.extend([kidx >= 0, kidx < count])
+        self.ring = RingStep(as_int(q0) + kidx, list(facts) + [kidx >= 0, kidx < count], check=True)
+        self.dry = True
+        ok = True
+        try:
+            self.agent = prod
+            self._plain_step(sp.body)
+            self.agent = cons
+            self._plain_step(sc.body)
+            self._end_step(plan, sp, sc)
+        except DryAbort:
+            ok = False
+        finally:
+            self.dry = False
+        kept = [o for o in tr.obligations[lens["obligations"]:] if o.extra.get("ring")] if ok else []
+        for f, n in lens.items():
+            del getattr(tr, f)[n:]
+        tr.obligations.extend(kept)
+        prod.env.clear()
+        prod.env.update(envs[0])
+        cons.env.clear()
+        cons.env.update(envs[1])
+        self.pos, self.steps, self.path, self.agent = saved[0], saved[1], saved[2], saved[3]
+        del self.taken[saved[4]:]
+        del self.alternatives[saved[5]:]
+        self.uncommitted, self.groups = saved[6], saved[7]
+        return ok
+
+    def _plain_step(self, stmts) -> None:
+        for s in stmts:
+            for _ in self.exec_stmt(s):
+                raise DryAbort()
+
+    def _ring_body(self, stmts):
+        for s in stmts:
+            for _ in self.exec_stmt(s):
+                raise Unsupported("a ring step blocks", s.span)
+        return
+        yield  # a generator, like exec_stmt
+
+    # ---- the ring operations ----
+    def ring_check(self, code: str, span, message: str, bad, variables: dict | None = None) -> None:
+        r = self.ring
+        if not r.check:
+            return
+        self.trace.obligations.append(Obligation(
+            code, span, message, bad, list(r.facts), {"ring position q": r.q, **(variables or {})},
+            self.step_snapshot(), extra={"nonlinear": True, "ring": True}))
+
+    def ring_index(self, ref: ir.BarrierRef, span, what: str, code: str) -> None:
+        plan, r = self.ring_plan_, self.ring
+        i = as_int(self.scalar(ref.index)) if ref.index is not None else z3.IntVal(0)
+        self.ring_check(code, span, f"{what} uses {ref.name}[{'?' if ref.index is None else '…'}] but the ring "
+                        f"position q needs {ref.name}[q % {plan.stages}]", i != r.q % plan.stages, {"index": i})
+
+    def ring_wait(self, s: ir.WaitBarrier) -> None:
+        plan, r = self.ring_plan_, self.ring
+        parity = as_int(self.scalar(s.phase))
+        producer = self.agent.name.startswith("producer")
+        want = (r.q / plan.stages + (1 if producer else 0)) % 2
+        code = "deadlock" if producer else "async-read-before-wait"
+        who = "the producer's wait for a free stage" if producer else "the consumer's wait for the stage's data"
+        self.ring_index(s.barrier, s.span, who, code)
+        self.ring_check(code, s.span, f"{who} waits on parity {'(q // S + 1) % 2' if producer else '(q // S) % 2'}"
+                        " of the ring position q; this parity waits for another phase",
+                        parity % 2 != want, {"parity": parity})
+        if not producer:
+            r.waited = True
+            for rec in r.pending:
+                if rec.land_pos is None:
+                    self.land(rec)
+            total = z3.IntVal(0)
+            for e in r.expected:
+                total = total + as_int(e)
+            if r.expects:
+                self.ring_check("deadlock", s.span, "the step's expect_tx announces more bytes than its bulk copies "
+                                "bring: the phase never completes", total > r.copied, {"expected bytes": total})
+                self.ring_check("async-read-before-wait", s.span, "the step's expect_tx announces fewer bytes than "
+                                "its bulk copies bring: the phase completes before the data has landed",
+                                total < r.copied, {"expected bytes": total})
+
+    def ring_expect(self, s: ir.ExpectTx) -> None:
+        self.ring_index(s.barrier, s.span, "the producer's expect_tx", "deadlock")
+        self.ring.expected.append(self.scalar(s.nbytes))
+        self.ring.expects += 1
+
+    def ring_arrive(self, s: ir.Arrive) -> None:
+        self.ring_index(s.barrier, s.span, "the consumer's release", "async-overwrite")
+        self.ring.arrives += 1
+        self.ring.released = True
+
+    def ring_copy(self, s: ir.Copy, dst, rec) -> None:
+        plan, r = self.ring_plan_, self.ring
+        self.ring_index(s.barrier, s.span, "the bulk copy", "async-read-before-wait")
+        stage = as_int(dst.starts[0]) if len(dst.starts) and dst.extents[0] is None else None
+        if stage is not None:
+            self.ring_check("async-overwrite", s.span, f"the bulk copy writes stage {dst.base}[…] but the ring "
+                            f"position q owns stage q % {plan.stages}", stage != r.q % plan.stages, {"stage": stage})
+        r.pending.append(rec)
+        r.copied += math.prod(dst.shape) * dst.dtype.bytes
+
+    def ring_read(self, v, span) -> None:
+        plan, r = self.ring_plan_, self.ring
+        if self.agent.name.startswith("producer"):
+            return
+        if r.released:
+            self.ring_check("async-overwrite", span, f"the consumer reads {v.base} after releasing its stage: the "
+                            "producer may already overwrite it", z3.BoolVal(True))
+        stage = as_int(v.starts[0]) if len(v.starts) and v.extents[0] is None else None
+        if stage is not None:
+            self.ring_check("async-read-before-wait", span, f"the consumer reads stage {v.base}[…] but the ring "
+                            f"position q delivered stage q % {plan.stages}", stage != r.q % plan.stages,
+                            {"stage": stage})
+
+    def _end_step(self, plan: RingPlan, sp: ir.For, sc: ir.For) -> None:
+        r = self.ring
+        if r.arrives == 0:
+            self.ring_check("deadlock", sc.span, "the consumer's step never releases its stage: the producer "
+                            "waits forever", z3.BoolVal(True))
+
+
+def ring_step_loops(kernel: ir.Kernel) -> dict[int, frozenset[str]]:
+    """Step loops of the kernel's producer/consumer rings (by id), each with the names of its lets that
+    only feed ring positions (barrier indices and parities, the stage a ring buffer is viewed at): the
+    protocol obligations cover those for every step, so they do not make the loop's data flow periodic."""
+    allocs = {s.name: s for s in walk(kernel.body) if isinstance(s, ir.AllocBarrier)}
+    out: dict[int, frozenset[str]] = {}
+    roles = [s for s in kernel.body if isinstance(s, ir.Role)]
+    if len(roles) != 2:
+        return out
+    plan = ring_plan(tuple(roles), allocs)
+    if isinstance(plan, str):
+        return out
+    for role in (plan.producer, plan.consumer):
+        step = _nest(role)[3]
+        out[id(step)] = ring_only_lets(step.body, plan.buffers)
+    return out
+
+
+def ring_only_lets(body: tuple[ir.Stmt, ...], buffers: frozenset[str]) -> frozenset[str]:
+    lets = {s.name: s.value for s in body if isinstance(s, ir.Let) and not isinstance(s.value.type, ir.TileT)}
+    ring_exprs: list = []
+    other_exprs: list = []
+    for s in walk(body):
+        if isinstance(s, ir.BarrierRef):
+            ring_exprs.append(s.index)
+        elif isinstance(s, ir.WaitBarrier):
+            ring_exprs.append(s.phase)
+        elif isinstance(s, ir.Ref) and s.space == "shared" and s.base in buffers and s.starts and s.extents[0] is None:
+            ring_exprs.append(s.starts[0])
+            other_exprs.extend(s.starts[1:])
+        elif isinstance(s, ir.Ref):
+            other_exprs.extend(s.starts)
+        elif isinstance(s, ir.Let) and s.name not in lets:
+            other_exprs.append(s.value)
+        elif isinstance(s, (ir.Store, ir.If, ir.For, ir.Assume, ir.ExpectTx)):
+            for f in ("cond", "start", "stop", "step", "value", "mask", "over", "nbytes"):
+                v = getattr(s, f, None)
+                if isinstance(v, ir.Expr):
+                    other_exprs.append(v)
+    used_elsewhere: set[str] = set()
+    for e in other_exprs:
+        used_elsewhere |= {x.name for x in walk(e) if isinstance(x, ir.Var)}
+    # a let used elsewhere taints the lets it is computed from
+    changed = True
+    while changed:
+        changed = False
+        for n in list(used_elsewhere):
+            if n in lets:
+                for x in walk(lets[n]):
+                    if isinstance(x, ir.Var) and x.name not in used_elsewhere:
+                        used_elsewhere.add(x.name)
+                        changed = True
+    return frozenset(n for n in lets if n not in used_elsewhere)
+
+
+def ring_positions(s) -> list:
+    """Sub-expressions of a statement that only position a ring (a barrier index, a wait's parity)."""
+    if isinstance(s, ir.WaitBarrier):
+        return list(walk(s.phase)) + (list(walk(s.barrier.index)) if s.barrier.index is not None else [])
+    if isinstance(s, (ir.Arrive, ir.ExpectTx)) and s.barrier.index is not None:
+        return list(walk(s.barrier.index))
+    return []

@@ -1,0 +1,259 @@
+"""Eliminating bound variables: which member of a reduction family lands on a given coordinate.
+
+"Is coordinate x covered by some step?" is an existential over the step's tile index (and the step
+itself when the steps are summarised); its negation (x is *missing*) would put a universal quantifier
+into every query. Index maps in kernels and references are (piecewise) affine with unit or constant
+strides, so the witness can be computed from x instead: `solve` returns, for each bound variable, a
+term in the target coordinates such that, if any member maps to the target, this one does (an exact
+inverse for affine maps with unit-stride variables, a mixed-radix split for `a * v1 + v2` with v2 in
+[0, a), unification for uninterpreted tensor reads such as pos[t, k]). Callers assert the candidate
+satisfies the equations, so a wrong candidate can only make a check fail to prove, never prove wrongly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import z3
+
+from argus.analysis.terms import zi
+
+
+def _linear(e: z3.ArithRef, v: z3.ArithRef) -> tuple[z3.ArithRef, int] | None:
+    """e = c0 + a * v with integer a and c0 free of v, or None."""
+    e = zi(e)
+    c0 = z3.simplify(z3.substitute(e, (v, z3.IntVal(0))))
+    c1 = z3.simplify(z3.substitute(e, (v, z3.IntVal(1))))
+    a = z3.simplify(c1 - c0)
+    if not z3.is_int_value(a):
+        return None
+    a = a.as_long()
+    c2 = z3.simplify(z3.substitute(e, (v, z3.IntVal(7))))
+    if not z3.is_int_value(z3.simplify(c2 - c0 - 7 * a)) or z3.simplify(c2 - c0 - 7 * a).as_long() != 0:
+        return None
+    if _mentions_var(c0, v):
+        return None
+    return c0, a
+
+
+def _mentions_var(e, v) -> bool:
+    name = v.decl().name()
+    todo = [e]
+    seen = set()
+    while todo:
+        x = todo.pop()
+        if not isinstance(x, z3.ExprRef) or x.get_id() in seen:
+            continue
+        seen.add(x.get_id())
+        if z3.is_const(x) and x.decl().name() == name:
+            return True
+        todo.extend(x.children())
+    return False
+
+
+def solve(equations: list[tuple[object, object]], bound: tuple, ranges: dict | None = None) -> dict | None:
+    """Candidate values for `bound` variables from `lhs == rhs` equations (lhs over the bound variables,
+    rhs free of them). `ranges` gives known extents (var name -> n, the variable lies in [0, n)) for the
+    mixed-radix case. None when some variable has no candidate."""
+    ranges = ranges or {}
+    sol: dict = {}
+    pending = [(zi(a), zi(b)) for a, b in equations]
+    progress = True
+    while progress and len(sol) < len(bound):
+        progress = False
+        for lhs, rhs in pending:
+            lhs_s = z3.substitute(lhs, *[(v, t) for v, t in sol.items()]) if sol else lhs
+            free = [v for v in bound if v not in sol and _mentions_var(lhs_s, v)]
+            if not free:
+                continue
+            if len(free) == 1:
+                v = free[0]
+                lin = _linear(lhs_s, v)
+                if lin is not None and lin[1] != 0:
+                    c0, a = lin
+                    sol[v] = z3.simplify((rhs - c0) / a) if a not in (1, -1) else z3.simplify((rhs - c0) * a)
+                    progress = True
+                    continue
+                got = _unify(lhs_s, rhs, v)
+                if got is not None:
+                    sol[v] = got
+                    progress = True
+                continue
+            # a * v1 + v2 (+ c0) with v2 in [0, a): v1 = (rhs - c0) div a, v2 = (rhs - c0) mod a
+            lins = [(_linear(lhs_s, v), v) for v in free]
+            if len(free) == 2 and all(lin is not None for lin, _ in lins):
+                (l1, v1), (l2, v2) = sorted(lins, key=lambda p: -abs(p[0][1]))
+                a1, a2 = l1[1], l2[1]
+                c0 = z3.simplify(z3.substitute(lhs_s, (v1, z3.IntVal(0)), (v2, z3.IntVal(0))))
+                n2 = ranges.get(v2.decl().name())
+                if a2 == 1 and a1 > 0 and n2 is not None and a1 == n2 and not _mentions_var(c0, v1) \
+                        and not _mentions_var(c0, v2):
+                    sol[v1] = z3.simplify((rhs - c0) / a1)
+                    sol[v2] = z3.simplify((rhs - c0) % a1)
+                    progress = True
+    if len(sol) < len(bound):
+        return None
+    return sol
+
+
+def _unify(lhs, rhs, v):
+    """v from lhs == rhs when lhs is an application f(..) of an uninterpreted function whose arguments
+    mention v, and rhs is an application of the same f: unify the arguments."""
+    if not (z3.is_app(lhs) and z3.is_app(rhs)) or lhs.num_args() == 0:
+        return None
+    if lhs.decl().name() != rhs.decl().name() or lhs.num_args() != rhs.num_args():
+        return None
+    if lhs.decl().kind() != z3.Z3_OP_UNINTERPRETED:
+        return None
+    for a, b in zip(lhs.children(), rhs.children()):
+        if _mentions_var(a, v):
+            lin = _linear(a, v)
+            if lin is not None and lin[1] in (1, -1):
+                return z3.simplify((b - lin[0]) * lin[1])
+            return _unify(a, b, v)
+    return None
+
+
+def fix_model(formula, m: z3.ModelRef):
+    """`formula` with every free constant and uninterpreted function replaced by its value in `m`
+    (quantified variables stay): what remains to decide is the quantifiers alone."""
+    consts, funcs = {}, {}
+    todo, seen = [formula], set()
+    while todo:
+        x = todo.pop()
+        if not isinstance(x, z3.ExprRef) or x.get_id() in seen:
+            continue
+        seen.add(x.get_id())
+        if z3.is_quantifier(x):
+            todo.append(x.body())
+            continue
+        if z3.is_app(x) and x.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+            if x.num_args() == 0:
+                consts[x.get_id()] = x
+            else:
+                funcs[x.decl().name()] = x.decl()
+        todo.extend(x.children())
+    pairs = [(c, m.eval(c, model_completion=True)) for c in consts.values()]
+    out = z3.substitute(formula, *pairs) if pairs else formula
+    subs = []
+    for f in funcs.values():
+        interp = m[f] if f in m.decls() else None
+        args = [z3.Var(i, f.domain(i)) for i in range(f.arity())]
+        if interp is None:
+            body = z3.FreshConst(f.range())  # unconstrained in the model: any value
+            body = z3.IntVal(0) if f.range() == z3.IntSort() else z3.RealVal(0) if f.range() == z3.RealSort() else body
+        else:
+            entries = interp.as_list()
+            body = entries[-1]
+            for e in reversed(entries[:-1]):
+                cond = z3.And(*[a == v for a, v in zip(args, e[:-1])])
+                body = z3.If(cond, e[-1], body)
+        subs.append((f, body))
+    return z3.substitute_funs(out, *subs) if subs else out
+
+
+def purify(formulas: list) -> list:
+    """Replace each integer `x div d` / `x mod d` by a non-numeral divisor with fresh q, r and the facts
+    x = q * d + r, 0 <= r < d (for d > 0): the division theorem stated once per (x, d), which nonlinear
+    schedule queries (grouped rasters divide by runtime tile counts) need far less search with."""
+    cache: dict = {}
+    facts: list = []
+
+    def visit(e):
+        if not isinstance(e, z3.ExprRef):
+            return e
+        key = e.get_id()
+        if key in cache:
+            return cache[key]
+        if z3.is_app(e) and e.num_args() > 0:
+            kids = [visit(c) for c in e.children()]
+            k = e.decl().kind()
+            if k in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and not z3.is_int_value(kids[1]):
+                x, d = kids
+                pk = ("qr", x.get_id(), d.get_id())
+                if pk not in cache:
+                    q, r = z3.FreshInt("q"), z3.FreshInt("r")
+                    facts.append(z3.Implies(d > 0, z3.And(x == q * d + r, r >= 0, r < d)))
+                    cache[pk] = (q, r)
+                q, r = cache[pk]
+                out = q if k == z3.Z3_OP_IDIV else r
+            elif z3.is_quantifier(e):
+                out = e
+            else:
+                try:
+                    out = e.decl()(*kids) if kids else e
+                except z3.Z3Exception:
+                    out = e
+        else:
+            out = e
+        cache[key] = out
+        return out
+
+    out = [visit(f) for f in formulas]
+    return out + facts
+
+
+def nonlinear_check(formulas: list, prefer: list | None = None, timeout_ms: int = 8000):
+    """(result, model) for formulas with nonlinear integer terms: as they are, then purified (each
+    helps a different query shape), each first under `prefer` (small dims) for small models."""
+    for fs in (formulas, None):
+        if fs is None:
+            fs = purify(formulas)
+        s = z3.Solver()
+        s.set("timeout", timeout_ms)
+        s.add(*fs)
+        r = s.check(*(prefer or []))
+        if r == z3.sat:
+            return r, s.model()
+        r = s.check() if prefer else r
+        if r == z3.sat:
+            return r, s.model()
+        if r == z3.unsat:
+            return r, None
+    return z3.unknown, None
+
+
+def _moduli(formulas) -> dict:
+    """x -> lcm of the numeral divisors it is divided / reduced by, over every `x div c` / `x mod c`."""
+    out: dict = {}
+    todo, seen = list(formulas), set()
+    while todo:
+        e = todo.pop()
+        if not isinstance(e, z3.ExprRef) or e.get_id() in seen:
+            continue
+        seen.add(e.get_id())
+        if z3.is_app(e) and e.decl().kind() in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and z3.is_int_value(e.arg(1)):
+            x, c = e.arg(0), e.arg(1).as_long()
+            if c > 1 and z3.is_const(x):
+                key = x.get_id()
+                prev = out.get(key, (x, 1))[1]
+                out[key] = (x, math.lcm(prev, c))
+        if z3.is_quantifier(e):
+            todo.append(e.body())
+        else:
+            todo.extend(e.children())
+    return out
+
+
+def check_split(s: z3.Solver, assumptions: list | None = None, limit: int = 256) -> z3.CheckSatResult:
+    """s.check(); on unknown, split on the residue of a variable modulo the lcm of the constants it is
+    divided by (bit tests of a dim: (M // 4) % 2), one query per residue. Returns sat (s holds the
+    model's assertions: call s.model()), unsat or unknown."""
+    assumptions = assumptions or []
+    mods = [(x, L) for x, L in _moduli(s.assertions()).values() if L <= limit]
+    if mods:
+        s.set("timeout", 1500)  # bit tests of a dim are slow for the solver and fast per residue
+    r = s.check(*assumptions)
+    if r != z3.unknown or not mods:
+        return r
+    x, L = max(mods, key=lambda p: p[1])
+    s.set("timeout", 2000)
+    result = z3.unsat
+    for res in range(L):
+        r = s.check(*assumptions, x % L == res)
+        if r == z3.sat:
+            s.add(x % L == res)
+            return s.check(*assumptions)
+        if r == z3.unknown:
+            result = z3.unknown
+    return result

@@ -1,0 +1,344 @@
+"""Data-flow terms: what each element of a value is computed from.
+
+Every element the verifier tracks (a register tile element, a shared-memory element, a reference-block
+array element) has a *term*: an expression tree over input tensor elements whose coordinates are z3
+integers. The same term language describes the kernel (built by the symbolic executor) and its
+`reference:` block (built by argus.analysis.reference_terms), so the reference-footprint check can
+compare them:
+
+- `Atom(T, coords)` is element T[coords] of an input tensor; `inside` says whether coords lie in T (a
+  masked access outside reads a zero fill, which contributes nothing).
+- `Lit` is data that depends on no input: zero, -inf, another constant, or unwritten shared memory.
+- `Op(fn, args)` is a pointwise function (arithmetic, exp, casts, ...).
+- `Sel(cond, a, b)` selects by a condition on positions (masks): a where cond holds, else b.
+- `Red(kind, vars, domain, body)` reduces `body` over the integer variables `vars` where `domain` holds
+  (an mma step sums over its K tile, `max(x, axis=1)` over a row, `einsum` over its summed letters).
+- `Opaque(reason)` is a value the verifier cannot describe: any check that needs it answers unknown.
+
+Flags follow the element's value: `zero` (the element is a structural zero: a zero fill, exp(-inf), a
+product with a zero), `minf` (a masked -inf score) and `uninit` (it reads shared memory no copy wrote).
+An element whose value is a structural zero or -inf depends on nothing: `occurrences` enumerates the
+tensor elements a term really depends on, each with the bound variables and the guard under which it
+does.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import z3
+
+Bool = object  # a z3 BoolRef or a Python bool
+
+
+# ---- booleans that stay Python bools when they can ----
+def b_and(*xs) -> Bool:
+    out = []
+    for x in xs:
+        if x is False or (isinstance(x, z3.BoolRef) and z3.is_false(x)):
+            return False
+        if x is True or (isinstance(x, z3.BoolRef) and z3.is_true(x)):
+            continue
+        out.append(x)
+    if not out:
+        return True
+    return out[0] if len(out) == 1 else z3.And(*out)
+
+
+def b_or(*xs) -> Bool:
+    out = []
+    for x in xs:
+        if x is True or (isinstance(x, z3.BoolRef) and z3.is_true(x)):
+            return True
+        if x is False or (isinstance(x, z3.BoolRef) and z3.is_false(x)):
+            continue
+        out.append(x)
+    if not out:
+        return False
+    return out[0] if len(out) == 1 else z3.Or(*out)
+
+
+def b_not(x) -> Bool:
+    if isinstance(x, bool):
+        return not x
+    return z3.Not(x)
+
+
+def b_if(c, a, b) -> Bool:
+    if c is True:
+        return a
+    if c is False:
+        return b
+    if isinstance(a, bool) and isinstance(b, bool):
+        if a == b:
+            return a
+        return c if a else b_not(c)
+    return z3.If(c, zb(a), zb(b))
+
+
+def zb(x) -> z3.BoolRef:
+    return z3.BoolVal(x) if isinstance(x, bool) else x
+
+
+def zi(x) -> z3.ArithRef:
+    if isinstance(x, bool):
+        return z3.IntVal(int(x))
+    if isinstance(x, int):
+        return z3.IntVal(x)
+    return x
+
+
+# ---- terms ----
+@dataclass(frozen=True, eq=False)
+class Term:
+    zero: Bool = field(default=False, kw_only=True)
+    minf: Bool = field(default=False, kw_only=True)
+    uninit: Bool = field(default=False, kw_only=True)
+
+    @property
+    def live(self) -> Bool:
+        """The element carries data (not a structural zero, not a masked -inf)."""
+        return b_and(b_not(self.zero), b_not(self.minf))
+
+
+@dataclass(frozen=True, eq=False)
+class Atom(Term):
+    tensor: str = ""
+    coords: tuple = ()
+    inside: Bool = True
+
+
+@dataclass(frozen=True, eq=False)
+class Lit(Term):
+    kind: str = "value"  # "zero" | "minf" | "value" | "uninit"
+
+
+@dataclass(frozen=True, eq=False)
+class Op(Term):
+    fn: str = ""
+    args: tuple = ()
+
+
+@dataclass(frozen=True, eq=False)
+class Sel(Term):
+    cond: Bool = True
+    a: Term | None = None
+    b: Term | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Red(Term):
+    """A reduction of `body` over `vars` where `domain` holds; `chain` groups the sum reductions that are
+    summands of one accumulator (the steps of an mma loop), `site` says where it was made."""
+
+    kind: str = "sum"  # "sum" | "max" | "min"
+    vars: tuple = ()
+    domain: Bool = True
+    body: Term | None = None
+    site: object = None
+    chain: object = None  # hashable: (accumulator chain, element) of the sum this is a step of
+
+
+@dataclass(frozen=True, eq=False)
+class Opaque(Term):
+    reason: str = ""
+    span: object = None
+
+
+ZERO = Lit(kind="zero", zero=True)
+MINF = Lit(kind="minf", minf=True)
+VALUE = Lit(kind="value")
+UNINIT = Lit(kind="uninit", uninit=True)
+
+
+def atom(tensor: str, coords: tuple, inside: Bool = True) -> Atom:
+    return Atom(tensor=tensor, coords=tuple(zi(c) for c in coords), inside=inside, zero=b_not(inside))
+
+
+def lit_for(value) -> Lit:
+    """The literal for a constant value (0 is a structural zero, -inf a masked score)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value == 0:
+            return ZERO
+        if value == float("-inf"):
+            return MINF
+    return VALUE
+
+
+# How each pointwise function moves the zero / -inf flags (the value's structure, not its arithmetic).
+def op(fn: str, *args: Term) -> Term:
+    zs = [a.zero for a in args]
+    ms = [a.minf for a in args]
+    un = b_or(*[a.uninit for a in args])
+    if fn in ("*",):
+        zero, minf = b_or(*zs), b_or(*ms)
+    elif fn == "/":
+        zero, minf = zs[0], ms[0]
+    elif fn in ("max",):
+        zero, minf = b_and(*zs), b_and(*ms)
+    elif fn in ("min",):
+        zero, minf = b_and(*zs), b_or(*ms)
+    elif fn in ("+", "-"):
+        zero, minf = b_and(*zs), b_or(*ms)
+    elif fn in ("exp", "exp2"):
+        zero, minf = ms[0], False
+    elif fn in ("log", "log2"):
+        zero, minf = False, zs[0]
+    elif fn in ("neg", "cast", "abs", "sqrt", "silu", "tanh", "relu", "gelu", "erf"):
+        zero, minf = zs[0], (ms[0] if fn in ("cast",) else False)
+    elif fn in ("sigmoid",):
+        zero, minf = False, False
+    else:  # comparisons, rsqrt, ...: data, no structural flags
+        zero, minf = False, False
+    if fn == "cast" and len(args) == 1:
+        return args[0]  # a cast changes precision, not data flow
+    return Op(fn=fn, args=tuple(args), zero=zero, minf=minf, uninit=un)
+
+
+def sel(cond: Bool, a: Term, b: Term) -> Term:
+    if cond is True or (isinstance(cond, z3.BoolRef) and z3.is_true(cond)):
+        return a
+    if cond is False or (isinstance(cond, z3.BoolRef) and z3.is_false(cond)):
+        return b
+    return Sel(cond=cond, a=a, b=b, zero=b_if(cond, a.zero, b.zero), minf=b_if(cond, a.minf, b.minf),
+               uninit=b_if(cond, a.uninit, b.uninit))
+
+
+def red(kind: str, vars: tuple, domain: Bool, body: Term, site=None, chain=None) -> Term:
+    """A reduction. A sum is treated as live data (an all-zero sum is not tracked as a structural zero)
+    and a max is -inf only when every member is; both are conservative for the dependency checks,
+    which look at the members."""
+    return Red(kind=kind, vars=tuple(vars), domain=domain, body=body, site=site, chain=chain)
+
+
+def opaque(reason: str, span=None) -> Opaque:
+    return Opaque(reason=reason, span=span)
+
+
+_chains = itertools.count(1)
+
+
+def new_chain() -> int:
+    return next(_chains)
+
+
+# ---- walking ----
+class OpaqueTerm(Exception):
+    """A term the caller needs to look into is Opaque: the dependent check is unknown."""
+
+    def __init__(self, t: Opaque):
+        super().__init__(t.reason)
+        self.term = t
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """Under `guard` (over the free variables and `bound`), the element depends on tensor[coords]."""
+
+    tensor: str
+    coords: tuple
+    bound: tuple
+    guard: Bool
+    reds: tuple  # the enclosing reductions, outermost first
+
+
+def occurrences(t: Term, *, tensors: set[str] | None = None, uninit_as: str | None = "<unwritten>") -> list[Occurrence]:
+    """The tensor elements `t` depends on. Opaque sub-terms raise OpaqueTerm. Unwritten shared memory
+    is reported as an occurrence of the pseudo-tensor `uninit_as` (None: skipped)."""
+    out: list[Occurrence] = []
+    seen: set = set()
+
+    def visit(x: Term, bound: tuple, guard: Bool, reds: tuple) -> None:
+        guard = b_and(guard, x.live)
+        if guard is False:
+            return
+        key = (id(x), tuple(v.get_id() for v in bound), guard.get_id() if isinstance(guard, z3.ExprRef) else guard)
+        if key in seen:
+            return
+        seen.add(key)
+        if isinstance(x, Atom):
+            if tensors is None or x.tensor in tensors:
+                out.append(Occurrence(x.tensor, x.coords, bound, b_and(guard, x.inside), reds))
+        elif isinstance(x, Lit):
+            if x.kind == "uninit" and uninit_as is not None and (tensors is None or uninit_as in tensors):
+                out.append(Occurrence(uninit_as, (), bound, guard, reds))
+        elif isinstance(x, Op):
+            for a in x.args:
+                visit(a, bound, guard, reds)
+        elif isinstance(x, Sel):
+            visit(x.a, bound, b_and(guard, x.cond), reds)
+            visit(x.b, bound, b_and(guard, b_not(x.cond)), reds)
+        elif isinstance(x, Red):
+            visit(x.body, bound + x.vars, b_and(guard, x.domain), reds + (x,))
+        elif isinstance(x, Opaque):
+            raise OpaqueTerm(x)
+        else:  # pragma: no cover - a new Term kind must be handled here
+            raise TypeError(type(x).__name__)
+
+    visit(t, (), True, ())
+    return out
+
+
+def opaque_in(t: Term) -> Opaque | None:
+    """The first Opaque sub-term reachable in `t`, if any (ignoring guards)."""
+    todo, seen = [t], set()
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, Opaque):
+            return x
+        if isinstance(x, Op):
+            todo.extend(x.args)
+        elif isinstance(x, Sel):
+            todo.extend((x.a, x.b))
+        elif isinstance(x, Red):
+            todo.append(x.body)
+    return None
+
+
+def sum_chains(t: Term, top_only: bool = False) -> dict[object, list[Red]]:
+    """Sum reductions grouped by accumulator chain (reductions without a chain are their own). With
+    `top_only`, only those not nested in another reduction's body (the stored value's own sums)."""
+    out: dict[object, list[Red]] = {}
+    todo, seen = [(t, False)], set()
+    while todo:
+        x, nested = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, Red):
+            if x.kind == "sum" and not (top_only and nested):
+                out.setdefault(x.chain if x.chain is not None else -id(x), []).append(x)
+            # a chain entry's own body (acc + x wraps x) is not a nesting level
+            todo.append((x.body, nested or bool(x.vars) or x.kind != "sum"))
+        elif isinstance(x, Op):
+            todo.extend((a, nested) for a in x.args)
+        elif isinstance(x, Sel):
+            todo.extend(((x.a, nested), (x.b, nested)))
+    return out
+
+
+_SENTINEL = None
+_mention_cache: dict = {}
+
+
+def mentions(e, names) -> bool:
+    """Does the z3 term `e` mention an integer constant named in `names`? (One native substitution
+    instead of a walk in Python: terms are large and this is asked per field and coordinate.)"""
+    global _SENTINEL
+    if not isinstance(e, z3.ExprRef) or not names:
+        return False
+    key = (e.get_id(), frozenset(names))
+    hit = _mention_cache.get(key)
+    if hit is not None:
+        return hit[0]
+    if _SENTINEL is None:
+        _SENTINEL = z3.Int("__argus_sentinel__")
+    out = not z3.substitute(e, *[(z3.Int(n), _SENTINEL) for n in names]).eq(e)
+    if len(_mention_cache) > 200000:
+        _mention_cache.clear()
+    _mention_cache[key] = (out, e)  # keep e alive so its id is not reused
+    return out
