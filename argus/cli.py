@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import math
 import os
 import sys
 import time
 
+from argus.cliargs import add_limit_options, nonnegative, positive
 from argus.dsl.diagnostics import ArgusError, Diagnostic, render_all
+from argus.limits import DEFAULT_MEMORY, DEFAULT_TIME_S, Limits, format_bytes
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -23,19 +28,32 @@ def parse_define(text: str) -> tuple[str, object]:
     return name, _value(value.strip())
 
 
+MAX_DEFINE_CHARS = 200
+
+
 def _value(v: str) -> object:
+    if len(v) > MAX_DEFINE_CHARS:
+        raise argparse.ArgumentTypeError(f"a -D value may be at most {MAX_DEFINE_CHARS} characters")
     if v in ("True", "true"):
         return True
     if v in ("False", "false"):
         return False
+    digits = v.lstrip("+-")
+    digits = digits[2:] if digits[:2].lower() in ("0x", "0o", "0b") else digits
+    if digits.isdigit() and len(digits.lstrip("0")) > 20:
+        raise argparse.ArgumentTypeError(f"{v[:24]}...: integers fit in 64 bits (at most 20 digits)")
     try:
         return int(v, 0)
     except ValueError:
         pass
     try:
-        return float(v)
+        f = float(v)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(f):
+            raise argparse.ArgumentTypeError(f"{v}: not a finite number")
+        return f
     if len(v) >= 2 and v[0] == v[-1] and v[0] in "\"'":
         return v[1:-1]
     return v
@@ -54,14 +72,17 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "the first)")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="output format; the JSON records are documented (and versioned) in docs/json.md")
+    add_limit_options(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="argus",
         description="Argus: a tile-level GPU kernel language whose compiler proves data-flow invariants.",
-        epilog="Exit status: 0 success, 1 errors in the kernel, a violated invariant or a wrong result, "
-               "2 unknown verdict or bad command line, 3 internal error.")
+        epilog="Exit status: 0 success, 1 errors in the kernel, a violated invariant, a wrong result or a limit "
+               "reached, 2 unknown verdict (also: check past its time or memory limit) or bad command line, 3 internal "
+               f"error. Every command but tune runs in a child process with a time limit (default {DEFAULT_TIME_S:.0f} "
+               f"s) and a memory limit (default {format_bytes(DEFAULT_MEMORY)}): see --time-limit, --memory-limit.")
     p.add_argument("--version", action="version", version="argus 0.1.0")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     c = sub.add_parser("check", help="check a kernel and prove its invariants (tags, races, bounds, ...) with Z3",
@@ -86,9 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--bench", action="store_true",
                        help="run on the GPU, then time the kernel (CUDA events, median, L2-rotated inputs) and the "
                        "library baseline (cuBLAS for a GEMM reference) in the same process")
-    r.add_argument("--iters", type=int, default=30, help="timed launches per kernel with --bench (default 30)")
+    r.add_argument("--iters", type=positive, default=30, help="timed launches per kernel with --bench (default 30)")
     r.add_argument("--arch", default=None, help="GPU architecture (default: the GPU's)")
-    r.add_argument("--seed", type=int, default=None, help="random seed for the inputs (default: fresh)")
+    r.add_argument("--seed", type=nonnegative, default=None, help="random seed for the inputs (default: fresh)")
     b = sub.add_parser("build", help="generate CUDA C++, compile it with NVRTC, report registers/smem/spills",
                        description="Lower each kernel of FILE (or the one --kernel names) to the IR, generate "
                        "CUDA C++ (with #line directives to FILE), compile it with NVRTC to a cubin (disk-cached) and "
@@ -99,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--arch", default=None, help="target, e.g. sm_90a or sm_80 (default: the GPU's, else sm_90a)")
     b.add_argument("-o", "--output", default=None,
                    help="output path, or folder for several kernels (default: KERNEL.cu / .ptx / .cubin in the current "
-                   "directory; - for stdout)")
+                   "directory; - for stdout); never written through a symbolic link")
+    b.add_argument("--force", action="store_true", help="replace an existing output file")
     from argus.agent.cli import add_tune_parser
 
     add_tune_parser(sub, parse_define)
@@ -120,7 +142,8 @@ def defines_for(node, defines: dict[str, object]) -> dict[str, object]:
 
 def cmd_check(args) -> int:
     """One kernel (--kernel, or a file holding one); a file of several kernels checks each in turn:
-    the exit status is the worst of theirs (violated > unknown > verified)."""
+    the exit status is the worst of theirs (violated > unknown > verified). The file is read and parsed
+    once (argus.sources.load_source)."""
     from argus.records import file_record
     from argus.sources import load_source
 
@@ -128,7 +151,7 @@ def cmd_check(args) -> int:
     defines = _defines(args)
     if args.kernel is not None and any(g.name == args.kernel for g in src.layers):
         code, rec = _check_layer(args, next(g for g in src.layers if g.name == args.kernel), defines)
-    elif args.kernel is not None or (len(src.kernels) == 1 and not src.layers):
+    elif args.kernel is not None or (len(src.kernels) <= 1 and not src.layers):  # none: select's error
         code, rec = _check_one(args, src.select(args.kernel), defines)
     else:
         codes, recs = [], []
@@ -163,7 +186,10 @@ def _check_layer(args, layer, defines: dict[str, object]) -> tuple[int, dict]:
 
 def _check_one(args, src, defines: dict[str, object]) -> tuple[int, dict]:
     """Check one kernel (a argus.sources.KernelSource); text output is printed here, the JSON record
-    returned. -D values override the params a .py decorator binds."""
+    returned. -D values override the params a .py decorator binds. The verification (argus.verification,
+    as Kernel.verify) checks the dims, declines loops too long to walk and turns a RecursionError into
+    unknown; this whole command runs in the bounded child (see _bounded)."""
+    from argus.interp.budget import check_dims
     from argus.ir.printer import kernel as print_kernel
     from argus.records import lowered_record
 
@@ -171,6 +197,7 @@ def _check_one(args, src, defines: dict[str, object]) -> tuple[int, dict]:
     if args.no_verify:
         t0 = time.perf_counter()
         k = src.build(defines)
+        check_dims(k, defines)
         dt = time.perf_counter() - t0
         if args.emit_ir and args.format == "text":
             print(print_kernel(k), end="")
@@ -197,7 +224,7 @@ def cmd_build(args) -> int:
 
     src = load_source(args.file)
     defines = _defines(args)
-    if args.kernel is not None or len(src.kernels) == 1:
+    if args.kernel is not None or len(src.kernels) <= 1:  # none: select's error
         kernels = [src.build(args.kernel, defines)]
     else:
         used = {n for k in src.kernels for n in defines_for(k.node, defines)}
@@ -207,7 +234,8 @@ def cmd_build(args) -> int:
                                         "param or dimension of that name", None,
                                         ("kernels: " + ", ".join(k.name for k in src.kernels),)))
         kernels = [k.build(defines_for(k.node, defines)) for k in src.kernels]
-    return build_command(args.file, kernels, emit=args.emit, arch=args.arch, output=args.output, fmt=args.format)
+    return build_command(args.file, kernels, emit=args.emit, arch=args.arch, output=args.output, fmt=args.format,
+                         force=args.force)
 
 
 def cmd_run(args) -> int:
@@ -234,12 +262,24 @@ def cmd_run(args) -> int:
     return EXIT_OK if res.ok else EXIT_ERROR
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return EXIT_USAGE
+def _exhausted(args, what: str) -> int:
+    """A resource limit ended the work: unknown for check (no verdict), an error otherwise."""
+    unknown = args.command == "check"
+    hint = "--time-limit" if "time" in what else "--memory-limit"
+    d = Diagnostic("error", "limit", f"{args.command} stopped: {what}", None,
+                   (f"raise it with {hint}, or give smaller dims" + ("; the verdict is unknown" if unknown else ""),))
+    fmt = getattr(args, "format", "text")
+    if fmt == "json":
+        from argus.records import error_record
+
+        print(json.dumps(error_record(getattr(args, "file", None), [d], "unknown" if unknown else "error"), indent=2))
+    else:
+        print(render_all([d]), file=sys.stderr)
+    return EXIT_UNKNOWN if unknown else EXIT_ERROR
+
+
+def _dispatch(args) -> int:
+    """Run one command; every failure becomes a diagnostic (never a traceback) and an exit status."""
     fmt = getattr(args, "format", "text")
     try:
         if args.command == "tune":
@@ -260,13 +300,104 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the reader went away: not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except MemoryError:
+        return _exhausted(args, "out of memory" + (f" (the limit is {format_bytes(args.memory_limit)})"
+                                                   if getattr(args, "memory_limit", None) else ""))
+    except RecursionError:  # bounded inputs should never get here; say what happened, not "internal error"
+        d = Diagnostic("error", "nesting", "the program is nested too deeply for Argus to process (RecursionError)",
+                       None, ("split deep expressions with intermediate names",))
+        if fmt == "json":
+            from argus.records import error_record
+
+            print(json.dumps(error_record(getattr(args, "file", None), [d]), indent=2))
+        else:
+            print(render_all([d]), file=sys.stderr)
+        return EXIT_ERROR
     except Exception as exc:  # a compiler bug: say so plainly, never dump a traceback on the user
         if os.environ.get("ARGUS_DEBUG"):
             raise
-        d = Diagnostic("error", "internal", f"internal compiler error: {type(exc).__name__}: {exc}", None,
-                       ("this is a bug in Argus; rerun with ARGUS_DEBUG=1 for a traceback and report it",))
+        from argus.escape import terminal
+
+        d = Diagnostic("error", "internal", f"internal compiler error: {type(exc).__name__}: {terminal(str(exc))}",
+                       None, ("this is a bug in Argus; rerun with ARGUS_DEBUG=1 for a traceback and report it",))
         print(render_all([d], fmt), file=sys.stderr if fmt == "text" else sys.stdout)
         return EXIT_INTERNAL
+
+
+def _captured(args) -> tuple[int, bytes, bytes]:
+    """In the bounded child: run the command with its output kept, to be written by the parent."""
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="backslashreplace", write_through=True)
+    err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="backslashreplace", write_through=True)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = _dispatch(args)
+    return code, out.buffer.getvalue(), err.buffer.getvalue()
+
+
+def _write(stream, data: bytes) -> None:
+    if not data:
+        return
+    buf = getattr(stream, "buffer", None)
+    if buf is not None:
+        stream.flush()
+        buf.write(data)
+        buf.flush()
+    else:
+        stream.write(data.decode("utf-8", errors="backslashreplace"))
+
+
+def _escaped(data: bytes) -> bytes:
+    """Text for a terminal: whatever a report quotes (source lines, compiler logs) shows control
+    characters as visible escapes (a no-op on what was escaped already)."""
+    from argus.escape import terminal
+
+    return terminal(data.decode("utf-8", errors="backslashreplace")).encode()
+
+
+def _bounded(args) -> int:
+    """check / run / build in a child process under --time-limit and --memory-limit."""
+    from argus.agent.isolate import run_isolated
+
+    gpu = args.command == "run" and not args.interp
+    limits = Limits(args.time_limit, None if gpu else args.memory_limit)
+    r = run_isolated(_captured, args, timeout_s=limits.time_s, memory_bytes=limits.memory_bytes)
+    if r.status == "ok":
+        code, out, err = r.value
+        if not (args.command == "build" and args.output == "-"):  # a cubin on stdout stays bytes
+            out = _escaped(out)
+        err = _escaped(err)
+        try:
+            _write(sys.stdout, out)
+            _write(sys.stderr, err)
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
+        return code
+    if r.status == "timeout":
+        return _exhausted(args, f"the time limit of {limits.time_s:g} s was reached")
+    if r.status == "memory":
+        return _exhausted(args, f"out of memory (the limit is {r.error})")
+    if r.status == "fault":  # a native library aborting on a failed allocation lands here too
+        return _exhausted(args, f"the worker process {r.describe()}; most likely the memory limit "
+                          f"({format_bytes(args.memory_limit)}) was reached")
+    print(f"argus: internal error in the worker process: {r.error.splitlines()[0] if r.error else 'no result'}",
+          file=sys.stderr)
+    if os.environ.get("ARGUS_DEBUG"):
+        print(r.error, file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # a bad command line exits 2 here, with argparse's message
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    if args.command == "tune":  # long-running and streaming; its own work runs in bounded children
+        return _dispatch(args)
+    try:
+        return _bounded(args)
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -41,9 +41,10 @@ def file_record(file: str, status: str, kernels: list[dict[str, Any]]) -> dict[s
     return record(file=file, status=status, kernels=kernels)
 
 
-def error_record(file: str, diagnostics: Iterable[Any]) -> dict[str, Any]:
-    """Any command whose input has errors (diagnostics: argus.dsl.diagnostics.Diagnostic)."""
-    return record(file=file, status="error", diagnostics=[d.to_json() for d in diagnostics])
+def error_record(file: str, diagnostics: Iterable[Any], status: str = "error") -> dict[str, Any]:
+    """Any command whose input has errors (diagnostics: argus.dsl.diagnostics.Diagnostic); also a command
+    stopped by its time or memory limit (status "unknown" for `argus check`, which then has no verdict)."""
+    return record(file=file, status=status, diagnostics=[d.to_json() for d in diagnostics])
 
 
 def output_record(c: Any) -> dict[str, Any]:

@@ -16,9 +16,9 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from argus.dsl import ast
+from argus.dsl import ast, parser
 from argus.dsl.diagnostics import ArgusError, Span, error
-from argus.dsl.parser import parse_file
+from argus.files import MAX_SOURCE_BYTES, read_regular, read_source
 from argus.ir import nodes as ir
 from argus.ir.build import build_kernel, select_kernel
 
@@ -69,8 +69,10 @@ def is_python(path: str | Path) -> bool:
 def load_source(path: str | Path) -> SourceFile:
     if is_python(path):
         return _python_file(str(path))
-    module = parse_file(path)
-    text = Path(path).read_text()
+    # read once, through argus.files (a regular file below the size limit, UTF-8; a FIFO, a device or
+    # undecodable bytes are clean diagnostics), and parsed from that same text
+    text = read_source(path)
+    module = parser.parse(text, str(path))
     return SourceFile(str(path), tuple(KernelSource(k, {}, text) for k in module.kernels), module.layers,
                       module.span)
 
@@ -87,8 +89,7 @@ def _python_file(path: str) -> SourceFile:
     from argus.api import Kernel
 
     p = Path(path)
-    if not p.is_file():
-        raise error("io", f"cannot read {path}: no such file", None)
+    read_regular(path, MAX_SOURCE_BYTES, "Python file")  # exists, a regular file (not a FIFO), not huge
     name = f"_argus_file_{next(_COUNTER)}_{''.join(c if c.isalnum() else '_' for c in p.stem)}"
     # A loader of our own keeps the path as given (spec_from_file_location would make it absolute): the
     # functions' code, and so their kernels' spans and diagnostics, name the file as the user did.
@@ -131,7 +132,10 @@ def _raising_line(exc: BaseException, path: str) -> Span | None:
             line = frame.lineno
     if line is None:
         return None
-    text = Path(path).read_text().splitlines()
+    try:
+        text = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
     src = text[line - 1] if line <= len(text) else ""
     col = len(src) - len(src.lstrip()) + 1
     return Span(path, line, col, line, max(col + 1, len(src.rstrip()) + 1))

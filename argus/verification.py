@@ -1,7 +1,11 @@
 """`Kernel.verify()` and `argus check`: one path from a kernel's AST to the verifier's verdict.
 
 Both go through `verify_kernel`, so the API's typed result and the command's JSON are the same data:
-`Verification.to_json()` is what `argus check --format json` prints for that kernel.
+`Verification.to_json()` is what `argus check --format json` prints for that kernel. Both get the same
+bounds too: dims must be integers in [1, 2**31 - 1], a loop whose trip count the fixed dims make longer
+than the verifier walks step by step (MAX_VERIFY_STEPS) is not attempted, and symbolic terms too deep
+for Python's stack give unknown -- each an "unknown" verdict with a note, never a hang or a crash.
+(`argus check` also runs all of it in a child process under --time-limit / --memory-limit.)
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ from dataclasses import dataclass, field
 
 from argus.analysis import Report
 from argus.analysis import verify as analysis_verify
-from argus.analysis.findings import CheckResult, Finding
+from argus.analysis.findings import CHECKS, UNKNOWN, CheckResult, Finding
 from argus.dsl import ast
+from argus.interp.budget import MAX_VERIFY_STEPS, check_dims, loop_steps
 from argus.ir import nodes as ir
 from argus.ir.build import build_kernel
 from argus.records import check_record
@@ -68,9 +73,44 @@ class Verification:
 def verify_kernel(node: ast.Kernel, defines: dict[str, object] | None = None, *, file: str | None = None,
                   replay: bool = True) -> Verification:
     """Lower `node` with `defines` (params and dims), then prove every check with argus.analysis.verify;
-    violations are replayed in the interpreter unless `replay` is False. Front-end errors raise ArgusError."""
+    violations are replayed in the interpreter unless `replay` is False. Front-end errors (and dims that
+    are not integers in [1, 2**31 - 1]) raise ArgusError; work the verifier cannot take on (see
+    `not_attempted`, or a RecursionError in it) is an "unknown" verdict whose note says why."""
     defines = dict(defines or {})
+    path = file if file is not None else node.span.path
     t0 = time.perf_counter()
     k = build_kernel(node, defines)
-    report = analysis_verify(k, defines) if replay else analysis_verify(k, defines, do_replay=False)
-    return Verification(report, file if file is not None else node.span.path, time.perf_counter() - t0, k)
+    check_dims(k, defines)
+    note = not_attempted(k, defines)
+    report = None
+    if note is None:
+        try:
+            report = analysis_verify(k, defines) if replay else analysis_verify(k, defines, do_replay=False)
+        except RecursionError:  # deep symbolic terms (long fixed loops): the verdict is unknown, not a crash
+            note = ("not completed: the verifier's symbolic terms grew too deep (RecursionError); try smaller "
+                    "fixed dims or leave them symbolic")
+    if report is None:
+        report = unknown_report(k, path, note or "not attempted")
+    return Verification(report, path, time.perf_counter() - t0, k)
+
+
+def not_attempted(k: ir.Kernel, defines: dict[str, object]) -> str | None:
+    """Why the verifier is not run on `k` at `defines`, or None: a loop whose trip count the fixed dims
+    and params make longer than MAX_VERIFY_STEPS (the verifier walks such a loop step by step)."""
+    fixed_dims = {d: int(v) for d, v in defines.items() if d in k.dims}
+    steps, where = loop_steps(k, fixed_dims)
+    if steps <= MAX_VERIFY_STEPS:
+        return None
+    fixed = ", ".join(f"{d}={defines[d]}" for d in k.dims if d in defines)
+    line = f" at line {where.line}" if where else ""
+    if fixed:
+        return (f"not attempted: the loop{line} runs {steps} steps at {fixed}, and the verifier walks a loop whose "
+                f"trip count -D fixes step by step (at most {MAX_VERIFY_STEPS}); leave the dims symbolic (no -D "
+                "for them) and it covers every size up to 65536 at once")
+    return (f"not attempted: the loop{line} has a fixed trip count of {steps} steps, and the verifier walks "
+            f"such a loop step by step (at most {MAX_VERIFY_STEPS})")
+
+
+def unknown_report(k: ir.Kernel, path: str, note: str) -> Report:
+    """A verdict of unknown on every check (none was run), with `note` saying why."""
+    return Report(k.name, path, [CheckResult(code, UNKNOWN, 0.0) for code in CHECKS], [note])

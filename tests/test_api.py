@@ -28,7 +28,7 @@ def _verdicts(j: dict) -> dict:
                          for f in j["findings"]]}
 
 
-def test_verify_is_what_argus_check_reports(capsys, monkeypatch):
+def test_verify_is_what_argus_check_reports(capsys, monkeypatch, tmp_path):
     v = argus.load(BUG).verify(M=256, N=256, K=192)
     assert isinstance(v.report, Report) and v.status == "violated" and v.kernel == "gemm"
     violated = {r.check for r in v.results if r.status == "violated"}
@@ -41,14 +41,38 @@ def test_verify_is_what_argus_check_reports(capsys, monkeypatch):
 
     import argus.verification as verification
 
-    seen = []
+    # argus check verifies in its bounded child process (forked): what verify_kernel returned there comes
+    # back through a file
+    seen = tmp_path / "seen.jsonl"
     real = verification.verify_kernel
-    monkeypatch.setattr(verification, "verify_kernel", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+
+    def spy(*a, **k):
+        v = real(*a, **k)
+        with open(seen, "a") as f:
+            f.write(json.dumps(v.to_json(), default=str) + "\n")
+        return v
+
+    monkeypatch.setattr(verification, "verify_kernel", spy)
     assert main(["check", str(BUG), "-D", "M=256", "-D", "N=256", "-D", "K=192", "--format", "json"]) == 1
     cli = json.loads(capsys.readouterr().out)
-    (mine,) = seen
-    assert json.loads(json.dumps(mine.to_json(), default=str)) == cli  # the CLI prints exactly to_json()
+    (mine,) = [json.loads(ln) for ln in seen.read_text().splitlines()]
+    assert mine == cli  # the CLI prints exactly to_json()
     assert _verdicts(v.to_json()) == _verdicts(cli)  # and the API's own run says the same
+
+
+def test_verify_has_the_bounds_of_argus_check(capsys):
+    """A fixed trip count too long to walk is a prompt unknown from Kernel.verify as from argus check (the
+    same argus.verification path), and a dim out of range is an error from both."""
+    gemm = EXAMPLES / "gemm.arg"
+    v = argus.load(gemm).verify(K=1000000000)
+    assert v.status == "unknown" and "15624998 steps" in v.notes[0] and v.findings == []
+    assert {r.status for r in v.results} == {"unknown"} and "unknown" in str(v)
+    assert main(["check", str(gemm), "-D", "K=1000000000", "--format", "json"]) == 2
+    cli = json.loads(capsys.readouterr().out)
+    assert _verdicts(cli) == _verdicts(v.to_json()) and cli["notes"] == v.notes
+    with pytest.raises(ArgusError, match="dimension K"):
+        argus.load(gemm).verify(K=2 ** 32)
+    assert main(["check", str(gemm), "-D", "K=4294967296"]) == 1 and "[dims]" in capsys.readouterr().err
 
 
 def test_verify_binds_params_and_dims():

@@ -128,3 +128,12 @@ def test_run_moe_kernel_with_routing_sizes(capsys):
     assert code == 0 and "ok   Hs" in out and "M=100" in out, out
     code, _, err = run(capsys, "run", GEMM, "--interp", "-D", "T=5", "-D", "M=64", "-D", "N=64", "-D", "K=64")
     assert code == 1 and "[unknown-define]" in err
+
+
+def test_a_file_without_kernels_is_a_located_error(tmp_path, capsys):
+    """Zero kernels is neither one kernel nor several: the 'no kernel' diagnostic, never an internal error."""
+    f = tmp_path / "empty.arg"
+    f.write_text("# a comment, and nothing else\n")
+    for argv in (["check"], ["check", "--format", "json"], ["build"], ["run", "--interp"]):
+        code, out, err = run(capsys, argv[0], str(f), *argv[1:])
+        assert code == 1 and "[internal]" not in out + err and "no kernel" in out + err, argv

@@ -62,6 +62,18 @@ def test_check_records(capsys):
         keys("check.replay", f["replay"])
     code, j = emit(capsys, "check", str(EXAMPLES / "gemm.arg"), "--no-verify")
     keys("check.lowered", j)
+    code, j = emit(capsys, "check", str(EXAMPLES / "gemm.arg"), "-D", "K=1000000000")  # not attempted: unknown
+    assert code == 2 and j["status"] == "unknown" and j["notes"]
+    keys("check.kernel", j)
+    for c in j["checks"]:
+        keys("check.check", c)
+
+
+def test_limit_record(capsys):
+    code, j = emit(capsys, "check", str(EXAMPLES / "moe.arg"), "--time-limit", "1")
+    assert code == 2 and j["status"] == "unknown"
+    keys("error", j)
+    keys("diagnostic", j["diagnostics"][0])
 
 
 def test_multi_kernel_check_record(capsys):

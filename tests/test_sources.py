@@ -151,6 +151,36 @@ def test_build_every_kernel_of_a_file(tmp_path, capsys, monkeypatch: pytest.Monk
     assert code == 1 and "[unknown-define]" in err
 
 
+def test_build_into_a_folder_never_follows_links_or_overwrites(tmp_path, capsys, monkeypatch: pytest.MonkeyPatch):
+    """-o for several kernels goes through argus.files like a single artefact: no symbolic link followed
+    (the folder or a file in it), no existing file replaced without --force, all checked before compiling."""
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
+    f = _write(tmp_path, "two.py", TWO_KERNELS)
+    build = ["build", f, "--arch", "sm_80", "--emit", "cuda", "-o"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(elsewhere, target_is_directory=True)
+    code, _, err = run(capsys, *build, str(link))
+    assert code == 1 and "symbolic link" in err and not any(elsewhere.iterdir())
+    code, _, err = run(capsys, *build, f)  # a file, not a folder
+    assert code == 1 and "is not one" in err
+    out_dir = tmp_path / "out"
+    assert run(capsys, *build, str(out_dir))[0] == 0
+    (out_dir / "shift.cu").write_text("mine")
+    code, out, err = run(capsys, *build, str(out_dir))
+    assert code == 1 and "refusing to overwrite" in err and "--force" in err and "built for" not in out
+    assert (out_dir / "shift.cu").read_text() == "mine"
+    victim = tmp_path / "victim"
+    (out_dir / "scale.cu").unlink()
+    (out_dir / "scale.cu").symlink_to(victim)
+    code, _, err = run(capsys, *build, str(out_dir), "--force")
+    assert code == 1 and "symbolic link" in err and not victim.exists()
+    (out_dir / "scale.cu").unlink()
+    assert run(capsys, *build, str(out_dir), "--force")[0] == 0
+    assert "__global__" in (out_dir / "shift.cu").read_text() and not (out_dir / "scale.cu").is_symlink()
+
+
 def test_build_every_kernel_of_an_arg_file(tmp_path, capsys, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
     moe = str(Path(__file__).parent.parent / "examples" / "moe.arg")

@@ -17,6 +17,14 @@ from typing import Any, Protocol
 import numpy as np
 
 
+def shape_key(dims: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted((k, int(v)) for k, v in dims.items()))
+
+
+class Unchecked(RuntimeError):
+    """A request to time a shape whose correctness the referee has not checked."""
+
+
 class CompileFailed(Exception):
     """The candidate does not compile (or cannot launch); `report` has the details."""
 
@@ -32,6 +40,7 @@ class Compiled:
     kernel: str | None
     report: dict[str, Any] = field(default_factory=dict)  # registers, smem, spills ... (JSON-able)
     handle: Any = None  # backend-private: IR, a loaded module, ...
+    checked: set = field(default_factory=set)  # shape_key()s the referee has checked (and may time)
 
 
 @dataclass(frozen=True)
@@ -50,14 +59,16 @@ class Backend(Protocol):
     name: str
     estimate: bool  # True when times are model estimates
     start_method: str  # multiprocessing start method for the referee's child ("fork" | "spawn")
+    partial: bool  # True when execute() can run a subset of the grid's blocks (the interpreter)
 
     def compile(self, source: str, defines: dict[str, object], kernel: str | None) -> Compiled:
         """Compile; raise CompileFailed (or ArgusError) when it cannot."""
         ...
 
     def execute(self, compiled: Compiled, arrays: dict[str, np.ndarray], dims: dict[str, int],
-                scalars: dict[str, float]) -> dict[str, np.ndarray]:
-        """Run once on these host arrays (outputs arrive poisoned with NaN); return every output (host)."""
+                scalars: dict[str, float], blocks: list[tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
+        """Run once on these host arrays (outputs arrive poisoned with NaN); return every output (host).
+        `blocks` (partial backends only): run just these blocks of the grid."""
         ...
 
     def time(self, compiled: Compiled, dims: dict[str, int], *, seed: int, reps: int,
@@ -73,6 +84,7 @@ class InterpBackend:
     name = "interp+model"
     estimate = True
     start_method = "fork"
+    partial = True
 
     def compile(self, source: str, defines: dict[str, object], kernel: str | None) -> Compiled:
         from argus.agent.costmodel import resources
@@ -88,17 +100,19 @@ class InterpBackend:
         return Compiled(source, dict(defines), kernel, report, k)
 
     def execute(self, compiled: Compiled, arrays: dict[str, np.ndarray], dims: dict[str, int],
-                scalars: dict[str, float]) -> dict[str, np.ndarray]:
+                scalars: dict[str, float], blocks: list[tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
         from argus.interp.machine import execute
 
         k = compiled.handle
-        execute(k, arrays, dims, scalars)
+        execute(k, arrays, dims, scalars, blocks=blocks)
         return {o: arrays[o] for o in k.outputs}
 
     def time(self, compiled: Compiled, dims: dict[str, int], *, seed: int, reps: int, input_sets: int) -> Timing:
         from argus.agent.costmodel import model
         from argus.agent.workload import useful_flops
 
+        if shape_key(dims) not in compiled.checked:
+            raise Unchecked(f"the cost model times only checked shapes, and {dims} was not checked")
         k = compiled.handle
         est = model(k, dims, useful_flops(k, dims))
         if not np.isfinite(est.seconds):
@@ -116,6 +130,7 @@ class RuntimeBackend:
     name = "cuda"
     estimate = False
     start_method = "spawn"  # never fork a process that may hold a CUDA context
+    partial = False
 
     @staticmethod
     def available() -> str | None:
@@ -161,11 +176,13 @@ class RuntimeBackend:
         return Compiled(source, dict(defines), kernel, report, gk)
 
     def execute(self, compiled: Compiled, arrays: dict[str, np.ndarray], dims: dict[str, int],
-                scalars: dict[str, float]) -> dict[str, np.ndarray]:
+                scalars: dict[str, float], blocks: list[tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
         import torch
 
         from argus.runtime.bench import to_device
 
+        if blocks is not None:
+            raise ValueError("the GPU runs the whole grid")
         gk = compiled.handle
         k = gk.ir
         dev = {t.name: to_device(arrays[t.name], t.dtype.name, gk.device) for t in k.tensors}

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+from argus.cliargs import nonnegative, seconds, size
+from argus.escape import terminal
+from argus.limits import DEFAULT_MEMORY, format_bytes
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -25,13 +30,13 @@ def add_tune_parser(sub, parse_define: Callable[[str], tuple[str, object]]) -> a
                    help="starting param value (repeatable), e.g. -D BM=64; giving every runtime dim (-D M=...) "
                    "makes that the target shape")
     t.add_argument("--kernel", help="which kernel of the file (default: the first)")
-    t.add_argument("--budget", type=int, default=48, help="number of proposals to evaluate (default 48)")
+    t.add_argument("--budget", type=nonnegative, default=48, help="number of proposals to evaluate (default 48)")
     t.add_argument("--planner", choices=("builtin", "anthropic"), default="builtin",
                    help="builtin: offline tree search over the knowledge base (default); anthropic: a Claude "
                    "model through the anthropic SDK (needs ANTHROPIC_API_KEY)")
     t.add_argument("--model", help="model for --planner anthropic (default: $ARGUS_ANTHROPIC_MODEL or "
                    "claude-sonnet-4-5)")
-    t.add_argument("--seed", type=int, default=0, help="seed for the planner and the referee's inputs")
+    t.add_argument("--seed", type=nonnegative, default=0, help="seed for the planner and the referee's inputs")
     t.add_argument("--shapes", help="target shapes, ';'-separated: 'M,N,K;...' in the kernel's dim order or "
                    "'M=4096,N=4096,K=4096;...' (default for GEMM: 4096^3 and 8192^3)")
     t.add_argument("--check-shapes", help="planner-visible small correctness shapes (same syntax; default: "
@@ -43,10 +48,14 @@ def add_tune_parser(sub, parse_define: Callable[[str], tuple[str, object]]) -> a
                    "GPU runtime is available")
     t.add_argument("--verifier", choices=("auto", "analysis", "interp"), default="auto",
                    help="auto: the static verifier when installed, then the interpreter at small shapes")
-    t.add_argument("--max-repairs", type=int, default=2, help="repair attempts per step after a rejection")
-    t.add_argument("--timeout", type=float, default=120.0, help="seconds one evaluation may take (child process)")
-    t.add_argument("--verify-timeout", type=float, default=30.0,
+    t.add_argument("--max-repairs", type=nonnegative, default=2, help="repair attempts per step after a rejection")
+    t.add_argument("--timeout", type=seconds, default=120.0,
+                   help="seconds one evaluation (and one gate interpreter run) may take, in a child process")
+    t.add_argument("--verify-timeout", type=seconds, default=30.0,
                    help="seconds the static verifier may take per candidate; past it the verdict is unknown")
+    t.add_argument("--memory-limit", type=size, default=DEFAULT_MEMORY, metavar="SIZE",
+                   help=f"memory budget of each verifier, interpreter and CPU evaluation child (default "
+                   f"{format_bytes(DEFAULT_MEMORY)}; the GPU evaluator's child is bounded by --timeout only)")
     return t
 
 
@@ -61,13 +70,11 @@ def cmd_tune(args) -> int:
 
     path = Path(args.file)
     if not path.is_file():
-        print(f"argus tune: no such file: {args.file}", file=sys.stderr)
-        return EXIT_USAGE
-    if args.budget < 0:
-        print("argus tune: --budget must be >= 0", file=sys.stderr)
+        print(f"argus tune: no such file: {terminal(args.file)}", file=sys.stderr)
         return EXIT_USAGE
     # A .py file: the tuner rewrites the chosen kernel's Argus text (its lines of the .py), starting from the
-    # params its decorator binds; diagnostics keep the .py's line numbers.
+    # params its decorator binds; diagnostics keep the .py's line numbers. A .arg file is read through
+    # argus.files (a regular file, UTF-8, below the size limit). --budget >= 0 is checked by its type.
     entry = load_source(path).select(args.kernel)
     source = entry.text
     defines = dict(args.define or [])
@@ -84,7 +91,7 @@ def cmd_tune(args) -> int:
         targets = parse_shapes(args.shapes, tuple(k.dims)) if args.shapes else None
         checks = parse_shapes(args.check_shapes, tuple(k.dims)) if args.check_shapes else None
     except ValueError as e:
-        print(f"argus tune: {e}", file=sys.stderr)
+        print(f"argus tune: {terminal(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     if targets is None and dims_given:
         if len(dims_given) != len(k.dims):
@@ -92,27 +99,31 @@ def cmd_tune(args) -> int:
             return EXIT_USAGE
         targets = [dims_given]
     out = args.out or f"tune-{path.stem}"
+    if os.path.lexists(out) and not os.path.isdir(out):
+        print(f"argus tune: --out {terminal(out)} exists and is not a folder", file=sys.stderr)
+        return EXIT_USAGE
     cfg = TuneConfig(file=str(path), out_dir=out, budget=args.budget, planner=args.planner, model=args.model,
                      seed=args.seed, params=params, kernel=args.kernel,
                      targets=tuple(targets) if targets else None, checks=tuple(checks) if checks else None,
                      resume=args.resume, evaluator=args.evaluator, verifier=args.verifier,
                      max_repairs=args.max_repairs, timeout_s=args.timeout, verify_timeout_s=args.verify_timeout,
-                     source=source)
+                     memory_bytes=args.memory_limit, source=source)
 
     def progress(line: str) -> None:
-        print(line, flush=True)
+        print(terminal(line), flush=True)  # lines quote model replies: no escape sequences reach the terminal
 
     try:
         tuner = Tuner(cfg, progress=progress)
         res = tuner.run()
     except (TuneError, PlannerError, RecordError) as e:
-        print(f"argus tune: {e}", file=sys.stderr)
+        print(f"argus tune: {terminal(str(e))}", file=sys.stderr)
         if isinstance(e, PlannerError) and Path(out, "record.jsonl").exists():
             print(f"argus tune: the run so far is kept in {out}/record.jsonl; rerun with --resume", file=sys.stderr)
         return EXIT_ERROR
     est = " (estimates: CPU cost model)" if tuner.backend.estimate else ""
-    print(f"best: step {res.best_step}, reward {res.best_reward:+.3f}{est}")
+    proof = "" if res.best_proved else " (unproved: the verifier's verdict is unknown; tested, not proved)"
+    print(f"best: step {res.best_step}, reward {res.best_reward:+.3f}{est}{proof}")
     print(f"wrote {res.best_path}, {res.report}, {res.plot}, {res.record}")
     if res.stopped:
-        print(f"stopped early: {res.stopped}")
+        print(f"stopped early: {terminal(res.stopped)}")
     return EXIT_OK

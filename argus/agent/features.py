@@ -166,10 +166,20 @@ class _Counter:
         self.store_bytes = 0
         self.persistent_trips: int | None = None
         self.top_env: dict[str, int] = {}  # scalars known before the first loop or role
+        self.per_block: set[str] = set()  # names whose value differs between blocks
+
+    def _per_block(self, e) -> bool:
+        """Whether `e` depends on which block runs it (its block ids, or names derived from them)."""
+        return any((isinstance(x, ir.Special) and x.kind == "block_id") or
+                   (isinstance(x, ir.Var) and x.name in self.per_block) for x in _exprs(e))
 
     def run(self, stmts, mult: float = 1.0) -> None:
         for s in stmts:
             if isinstance(s, ir.Let):
+                if self._per_block(s.value):
+                    self.per_block.add(s.name)
+                else:
+                    self.per_block.discard(s.name)
                 try:
                     self.env[s.name] = ev(s.value, self.env)
                 except (Unknown, TypeError, KeyError):
@@ -193,6 +203,10 @@ class _Counter:
                 except (Unknown, TypeError, KeyError):
                     start, trips = 0, 1
                 self.env[s.var] = start
+                if s.kind == "persistent" or self._per_block(s.start):
+                    self.per_block.add(s.var)
+                else:
+                    self.per_block.discard(s.var)
                 if s.kind == "persistent":
                     self.persistent_trips = trips
                     self.run(s.body, mult)  # counted per tile
@@ -200,10 +214,14 @@ class _Counter:
                     self.run(s.body, mult * trips)
             elif isinstance(s, ir.If):
                 try:
+                    if self._per_block(s.cond):
+                        raise Unknown("differs between blocks")
                     c = ev(s.cond, self.env)
-                    self.run(s.then if c else s.orelse, mult)
                 except (Unknown, TypeError, KeyError):
-                    self.run(s.then, mult)
+                    # Undecidable here (block ids, data): count the costlier side, so a cheap path on
+                    # the one block the model walks cannot make the estimate optimistic.
+                    c = self._cost(s.then, mult) >= self._cost(s.orelse, mult)
+                self.run(s.then if c else s.orelse, mult)
             elif isinstance(s, ir.Role):
                 if not self.top_env:
                     self.top_env = dict(self.env)
@@ -211,10 +229,18 @@ class _Counter:
                     self.run(s.body, mult)
                 else:  # the producer's copies
                     sub = _Counter(dict(self.env))
+                    sub.per_block = set(self.per_block)
                     sub.run(s.body, mult)
                     self.copy_bytes += sub.copy_bytes
                     for k, v in sub.by_tensor.items():
                         self.by_tensor[k] = self.by_tensor.get(k, 0) + v
+
+
+    def _cost(self, stmts, mult: float) -> tuple[float, float]:
+        sub = _Counter(dict(self.env))
+        sub.per_block = set(self.per_block)
+        sub.run(stmts, mult)
+        return sub.mma, sub.copy_bytes + sub.store_bytes
 
 
 def _panels(kernel: ir.Kernel, env: dict[str, int]) -> dict[str, tuple]:

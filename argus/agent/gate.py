@@ -3,10 +3,13 @@
 1. Build: parse, check and lower (with the candidate's params). Errors are violations carrying the
    compiler's diagnostics.
 2. Interface: the candidate must keep the starting kernel's arguments, outputs and `reference:`
-   block — a planner cannot win by changing what "correct" means.
-3. Verifier: `argus.analysis.verify` when installed (in a child process with a time limit).
-4. Interpreter at the planner-visible small shapes: a wrong or faulting run is a violation with the
-   run's counterexample (the referee later tests unseen shapes as well).
+   block — a planner cannot win by changing what "correct" means — and may not read a tensor the
+   starting kernel only writes (its contents are whatever an earlier run left there: a kernel that
+   reads its own stale output can skip work whenever it is run twice, as a benchmark does).
+3. Verifier: `argus.analysis.verify` when installed (in a child process with a time and memory limit).
+4. Interpreter at the planner-visible small shapes, in a child process with a time and memory limit
+   like the referee's: a wrong or faulting run is a violation with the run's counterexample (the
+   referee later tests unseen shapes as well); a run past a limit is a violation saying so.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from argus.agent.verify import Finding, VerifyOutcome, adapt, analysis_verifier,
 from argus.dsl.diagnostics import ArgusError
 from argus.ir import nodes as ir
 from argus.ir.build import build_source
+from argus.limits import DEFAULT_MEMORY
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,7 @@ class Interface:
     scalars: tuple[str, ...]
     outputs: tuple[str, ...]
     reference: str
+    reads: tuple[str, ...] = ()  # tensors the kernel reads
 
     def differences(self, other: Interface) -> list[str]:
         out = []
@@ -39,6 +44,10 @@ class Interface:
             out.append(f"the outputs changed ({', '.join(self.outputs)} -> {', '.join(other.outputs)})")
         if self.reference != other.reference:
             out.append("the reference: block changed")
+        stale = [t for t in other.reads if t in self.outputs and t not in self.reads]
+        if stale:
+            out.append(f"the kernel reads {', '.join(stale)}, which the starting kernel only writes: its contents "
+                       "are what an earlier run left there, and a result may not depend on them")
         return out
 
 
@@ -49,7 +58,7 @@ def reference_text(source: str) -> str:
 
 def interface_of(k: ir.Kernel, source: str) -> Interface:
     return Interface(tuple((t.name, str(t.dtype), tuple(t.dims)) for t in k.tensors),
-                     tuple(s.name for s in k.scalars), tuple(k.outputs), reference_text(source))
+                     tuple(s.name for s in k.scalars), tuple(k.outputs), reference_text(source), tuple(k.inputs))
 
 
 @lru_cache(maxsize=256)
@@ -64,15 +73,26 @@ def build(c: Candidate) -> ir.Kernel:
 
 
 def _analysis_child(source: str, defines: dict, kernel: str | None):
+    from argus.interp.budget import MAX_VERIFY_STEPS, loop_steps
+
     fn = analysis_verifier()
     k = build_cached(source, tuple(sorted(defines.items())), kernel)
+    steps, where = loop_steps(k, {})
+    if steps > MAX_VERIFY_STEPS:  # the symbolic executor would walk every step: not attempted
+        line = f" at line {where.line}" if where else ""
+        return {"status": "unknown", "findings": [{"code": "not-attempted", "status": "unknown",
+                "message": f"the loop{line} has a fixed trip count of {steps} steps; the verifier walks such "
+                f"loops step by step (at most {MAX_VERIFY_STEPS})"}]}
     return adapt(fn(k)).to_json()
 
 
-def _interp_counterexample(k: ir.Kernel, shapes: list[dict[str, int]], seed: int) -> tuple[Finding, ...]:
+def _interp_counterexample(source: str, params: tuple, kernel: str | None, shapes: list[dict[str, int]],
+                           seed: int) -> tuple[Finding, ...]:
+    """Runs in the gate's child: the candidate in the interpreter at the planner-visible shapes."""
     from argus.interp.machine import InterpError
     from argus.interp.run import run_interp
 
+    k = build_cached(source, params, kernel)
     for dims in shapes:
         label = " ".join(f"{d}={v}" for d, v in dims.items())
         try:
@@ -90,8 +110,23 @@ def _interp_counterexample(k: ir.Kernel, shapes: list[dict[str, int]], seed: int
     return ()
 
 
+def interp_check(c: Candidate, shapes: list[dict[str, int]], seed: int, timeout_s: float,
+                 memory_bytes: int | None) -> tuple[Finding, ...]:
+    """`_interp_counterexample` in a child process with a time and memory limit."""
+    r = run_isolated(_interp_counterexample, c.source, c.params, c.kernel, shapes, seed, timeout_s=timeout_s,
+                     memory_bytes=memory_bytes)
+    if r.status == "ok":
+        return r.value
+    what = {"timeout": "did not finish within its time limit", "memory": r.describe(),
+            "fault": r.describe()}.get(r.status, r.error.splitlines()[0] if r.error else "failed")
+    return (Finding("limit" if r.status in ("timeout", "memory") else "interp-error",
+                    f"the interpreter run at the check shapes {what}",
+                    "make the program smaller or cheaper at those shapes"),)
+
+
 def check(c: Candidate, start: Interface | None, shapes: list[dict[str, int]], *, seed: int = 0,
-          verifier: str = "auto", analysis_timeout_s: float = 30.0) -> tuple[VerifyOutcome, ir.Kernel | None]:
+          verifier: str = "auto", analysis_timeout_s: float = 30.0, interp_timeout_s: float = 120.0,
+          memory_bytes: int | None = DEFAULT_MEMORY) -> tuple[VerifyOutcome, ir.Kernel | None]:
     """Gate one candidate. verifier: "auto" (the static verifier when installed, then the interpreter),
     "analysis" (require it), "interp" (front end + interpreter only)."""
     t0 = time.perf_counter()
@@ -108,7 +143,8 @@ def check(c: Candidate, start: Interface | None, shapes: list[dict[str, int]], *
     source = "frontend+interp"
     status, findings, notes = "unknown", (), ()
     if verifier in ("auto", "analysis") and analysis_verifier() is not None:
-        r = run_isolated(_analysis_child, c.source, c.defines, c.kernel, timeout_s=analysis_timeout_s)
+        r = run_isolated(_analysis_child, c.source, c.defines, c.kernel, timeout_s=analysis_timeout_s,
+                         memory_bytes=memory_bytes)
         if r.status == "ok":
             out = adapt(r.value)
             # adapt() on a to_json() dict keeps status and findings; only violated findings matter here.
@@ -125,7 +161,7 @@ def check(c: Candidate, start: Interface | None, shapes: list[dict[str, int]], *
     elif verifier == "analysis":
         return VerifyOutcome("unknown", (), "frontend", time.perf_counter() - t0,
                              ("argus.analysis.verify is not installed",)), k
-    bad = _interp_counterexample(k, shapes, seed)
+    bad = interp_check(c, shapes, seed, interp_timeout_s, memory_bytes)
     if bad:
         return VerifyOutcome("violated", bad, "interp", time.perf_counter() - t0, notes), k
     label = "; ".join(" ".join(f"{d}={v}" for d, v in s.items()) for s in shapes)

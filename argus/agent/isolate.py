@@ -4,6 +4,8 @@ The child sends back ("ok", value) or ("error", text) through a pipe; a child th
 answer (os.abort, a segfault, a CUDA fault taking the process down) is reported as a fault with its
 signal, and one still running at the timeout is killed (SIGKILL) and reported as a timeout.
 "fork" is cheap and used on the CPU; "spawn" is for GPU work (a CUDA context must not be forked).
+With `memory_bytes` the child caps its address space (argus.limits): a MemoryError there comes back
+as status "memory"; inside the child `argus.limits.remaining_s()` tells long work its time left.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from argus.limits import Limits, enter, format_bytes
+
 
 @dataclass(frozen=True)
 class ChildResult:
-    status: str  # "ok" | "error" | "timeout" | "fault"
+    status: str  # "ok" | "error" | "timeout" | "fault" | "memory"
     value: Any = None
     error: str = ""
     exitcode: int | None = None
@@ -33,16 +37,21 @@ class ChildResult:
             sig = -self.exitcode if self.exitcode and self.exitcode < 0 else None
             name = signal.Signals(sig).name if sig and sig in signal.Signals._value2member_map_ else None
             return f"the child process died ({name or f'exit code {self.exitcode}'}) without a result"
+        if self.status == "memory":
+            return f"ran out of memory (the limit is {self.error})"
         if self.status == "error":
             return self.error
         return "ok"
 
 
-def _child(conn, fn, args, kwargs) -> None:
+def _child(conn, fn, args, kwargs, limits: Limits) -> None:
     faulthandler.disable()  # a candidate's crash is an expected outcome, reported by the parent
     try:
+        enter(limits)
         value = fn(*args, **kwargs)
         conn.send(("ok", value))
+    except MemoryError:
+        conn.send(("memory", format_bytes(limits.memory_bytes) if limits.memory_bytes else "the machine's"))
     except BaseException as e:  # report everything, including SystemExit, to the parent
         conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"))
     finally:
@@ -50,10 +59,10 @@ def _child(conn, fn, args, kwargs) -> None:
 
 
 def run_isolated(fn: Callable[..., Any], *args: Any, timeout_s: float = 60.0, start_method: str = "fork",
-                 **kwargs: Any) -> ChildResult:
+                 memory_bytes: int | None = None, **kwargs: Any) -> ChildResult:
     ctx = mp.get_context(start_method)
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, fn, args, kwargs), daemon=True)
+    proc = ctx.Process(target=_child, args=(send, fn, args, kwargs, Limits(timeout_s, memory_bytes)), daemon=True)
     t0 = time.perf_counter()
     proc.start()
     send.close()
@@ -82,4 +91,6 @@ def run_isolated(fn: Callable[..., Any], *args: Any, timeout_s: float = 60.0, st
     kind, payload = msg
     if kind == "ok":
         return ChildResult("ok", payload, exitcode=proc.exitcode, seconds=dt)
+    if kind == "memory":
+        return ChildResult("memory", error=payload, exitcode=proc.exitcode, seconds=dt)
     return ChildResult("error", error=payload, exitcode=proc.exitcode, seconds=dt)

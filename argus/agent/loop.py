@@ -22,6 +22,7 @@ from argus.agent import gate
 from argus.agent import kb as kbmod
 from argus.agent.advice import diagnose
 from argus.agent.backend import Backend, InterpBackend, RuntimeBackend
+from argus.agent.isolate import run_isolated
 from argus.agent.planners import Attempt, Node, Planner, PlannerContext, Proposal, make_planner
 from argus.agent.planners.builtin import PlannerExhausted
 from argus.agent.program import Candidate, EditError, apply_edits, with_source
@@ -29,6 +30,8 @@ from argus.agent.record import RunRecord
 from argus.agent.referee import Evaluation, Referee, RefereeConfig
 from argus.agent.rewrites import Env
 from argus.agent.shapes import default_checks, default_targets, fixed_dims
+from argus.escape import terminal
+from argus.limits import DEFAULT_MEMORY
 
 
 class TuneError(RuntimeError):
@@ -54,6 +57,8 @@ class TuneConfig:
     timeout_s: float = 120.0  # one evaluation (child process)
     verify_timeout_s: float = 30.0  # one static-verifier run; past it the outcome is "unknown"
     hidden_shapes: int = 2
+    scale_shapes: int = 2  # hidden shapes up to the targets' scale per evaluation
+    memory_bytes: int | None = DEFAULT_MEMORY  # each verifier / interpreter / CPU evaluation child
     source: str | None = None  # the program text (default: read from file)
 
 
@@ -69,6 +74,7 @@ class TuneResult:
     report: Path
     plot: Path
     stopped: str = ""  # why the loop ended before the budget (empty: it did not)
+    best_proved: bool = False  # the verifier proved the best kernel (else: tested, not proved)
 
 
 def pick_backend(name: str) -> Backend:
@@ -117,13 +123,22 @@ class Tuner:
         }
         if cfg.resume:
             self.record = RunRecord.resume(self.record_path, header)
-            fixed = frozenset(self.record.header.get("fixed_dims", []))
+            fixed = self.record.header.get("fixed_dims", [])
+            fixed = frozenset(d for d in fixed if isinstance(d, str)) if isinstance(fixed, list) else frozenset()
         else:
-            fixed = fixed_dims(self.start_ir, self.checks, seed=cfg.seed)
+            fixed = self._fixed_dims()
             header["fixed_dims"] = sorted(fixed)
             self.record = RunRecord.create(self.record_path, header)
+        try:
+            self._finish_init(cfg, fixed)
+        except BaseException:
+            self.record.close()
+            raise
+
+    def _finish_init(self, cfg: TuneConfig, fixed: frozenset[str]) -> None:
         self.referee = Referee(self.backend, self.start, RefereeConfig(
-            tuple(self.checks), tuple(self.targets), cfg.hidden_shapes, fixed, cfg.timeout_s))
+            tuple(self.checks), tuple(self.targets), cfg.hidden_shapes, fixed, cfg.timeout_s,
+            scale=cfg.scale_shapes, memory_bytes=cfg.memory_bytes))
         self.library = {}
         for s in self.targets:
             lib = kbmod.library_tflops(self.kind, s)
@@ -131,6 +146,19 @@ class Tuner:
                 self.library[tuple(s.values())] = lib
 
     # ---- helpers ----
+    def _fixed_dims(self) -> frozenset[str]:
+        """fixed_dims runs the starting kernel in the interpreter: bounded like every other run."""
+        r = run_isolated(fixed_dims, self.start_ir, self.checks, self.cfg.seed, timeout_s=self.cfg.timeout_s,
+                         memory_bytes=self.cfg.memory_bytes)
+        if r.status != "ok":
+            raise TuneError(f"the starting kernel at the check shapes: the interpreter {r.describe()}")
+        return r.value
+
+    def _gate(self, c: Candidate, seed: int):
+        return gate.check(c, self.iface, self.checks, seed=seed, verifier=self.cfg.verifier,
+                          analysis_timeout_s=self.cfg.verify_timeout_s, interp_timeout_s=self.cfg.timeout_s,
+                          memory_bytes=self.cfg.memory_bytes)
+
     def history(self) -> tuple[Node, ...]:
         return tuple(Node.from_record(d) for d in self.record.steps)
 
@@ -180,8 +208,7 @@ class Tuner:
     # ---- one step ----
     def _evaluate_start(self) -> dict[str, Any]:
         t0 = time.perf_counter()
-        outcome, k = gate.check(self.start, self.iface, self.checks, seed=self.cfg.seed, verifier=self.cfg.verifier,
-                                analysis_timeout_s=self.cfg.verify_timeout_s)
+        outcome, k = self._gate(self.start, self.cfg.seed)
         if outcome.violated:
             raise TuneError("the starting kernel fails its checks:\n" + outcome.describe())
         ev = self.referee.evaluate(self.start, seed=self.cfg.seed)
@@ -216,8 +243,7 @@ class Tuner:
                     problem = "duplicate"
                     message = f"this program was already evaluated at step {seen[cand.key].step}"
                 else:
-                    outcome, k = gate.check(cand, self.iface, self.checks, seed=self.cfg.seed + step,
-                                            verifier=self.cfg.verifier, analysis_timeout_s=self.cfg.verify_timeout_s)
+                    outcome, k = self._gate(cand, self.cfg.seed + step)
                     if outcome.violated:
                         problem, message = "violated", f"verifier ({outcome.source}): {outcome.details()}"
                     else:
@@ -249,12 +275,8 @@ class Tuner:
             reward, sp, lib = self._reward(ev)
             rec.update(reward=reward, speedups=sp, library_ratio=lib, tflops=[t.tflops for t in ev.timings])
             rec["diagnosis"] = [d.to_json() for d in diagnose(k, ev, self.kb, self.kind)]
-        prev_best = max((s for s in self.record.steps if s.get("reward") is not None),
-                        key=lambda s: (s["reward"], -s["step"]))
-        if rec["reward"] is not None and rec["reward"] > prev_best["reward"]:
-            rec["best_step"], rec["best_reward"] = step, rec["reward"]
-        else:
-            rec["best_step"], rec["best_reward"] = prev_best["step"], prev_best["reward"]
+        best = pick_best([*self.record.steps, rec])
+        rec["best_step"], rec["best_reward"] = best["step"], best["reward"]
         rec["seconds"] = round(time.perf_counter() - t0, 3)
         return rec
 
@@ -271,13 +293,21 @@ class Tuner:
         tf = "/".join(f"{x:.0f}" for x in (best.get("tflops") or []))
         lib = best.get("library_ratio")
         libtxt = f" = {lib:.2f}x library{est}" if lib else ""
-        label = (rec["proposal"].get("action") or "")[:38]
+        label = terminal(rec["proposal"].get("action") or "", keep_newlines=False)[:38]
         r = rec.get("reward")
         rtxt = f"{r:+.3f}" if r is not None else "  -   "
-        return (f"[{bar}] step {n:>3}/{b} {rec['status']:<13} {label:<38} reward {rtxt} | best {sp:.2f}x "
-                f"(step {rec['best_step']}) {tf} TFLOP/s{est}{libtxt}")
+        status = rec["status"] + ("?" if rec["status"] == "ok" and not proved(rec) else "")
+        unproved = "" if proved(best) else " unproved"
+        return (f"[{bar}] step {n:>3}/{b} {status:<13} {label:<38} reward {rtxt} | best {sp:.2f}x "
+                f"(step {rec['best_step']}{unproved}) {tf} TFLOP/s{est}{libtxt}")
 
     def run(self) -> TuneResult:
+        try:
+            return self._run()
+        finally:
+            self.record.close()  # the lock goes with the run
+
+    def _run(self) -> TuneResult:
         from argus.agent.report import write_outputs
 
         if not self.record.steps:
@@ -299,10 +329,29 @@ class Tuner:
             if self.on_step:
                 self.on_step(rec)
         steps = self.record.steps
-        best = max((s for s in steps if s.get("reward") is not None), key=lambda s: (s["reward"], -s["step"]))
+        best = pick_best(steps)
         paths = write_outputs(self.out, self.record.header, steps, best, self.start, self.kb)
         return TuneResult(self.out, len(steps), best["step"], best["reward"], Candidate.from_json(best["candidate"]),
-                          self.record_path, paths["best"], paths["report"], paths["plot"], stopped)
+                          self.record_path, paths["best"], paths["report"], paths["plot"], stopped, proved(best))
+
+
+PROVED_MARGIN = math.log(1.02)  # a verified kernel within 2% of an unproved one is preferred to it
+
+
+def proved(step: dict[str, Any]) -> bool:
+    return ((step.get("verify") or {}).get("status")) == "verified"
+
+
+def pick_best(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fastest evaluated step, except that an unproved one (verifier verdict `unknown`) never wins
+    while a verified step is within 2% of it (ties: the earlier step)."""
+    scored = [s for s in steps if s.get("reward") is not None]
+    best = max(scored, key=lambda s: (s["reward"], -s["step"]))
+    if not proved(best):
+        close = [s for s in scored if proved(s) and s["reward"] >= best["reward"] - PROVED_MARGIN]
+        if close:
+            best = max(close, key=lambda s: (s["reward"], -s["step"]))
+    return best
 
 
 def tune(cfg: TuneConfig, **kwargs) -> TuneResult:

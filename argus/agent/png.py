@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from argus.files import write_output
+
 # 5x7 bitmap font: each glyph is 7 rows of 5 bits ("1" = ink). Lower case prints as upper case.
 _FONT = {
     " ": ["00000"] * 7,
@@ -120,7 +122,7 @@ def write_png(path: str | Path, rgb: np.ndarray) -> None:
     raw = np.concatenate([np.zeros((h, 1), np.uint8), rgb.reshape(h, w * 3)], axis=1).tobytes()
     png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) \
         + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
-    Path(path).write_bytes(png)
+    write_output(path, png, force=True)  # atomic, never through a planted link
 
 
 def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +115,12 @@ def parse_edit(obj: Any) -> Edit:
             raise EditError("set_param needs a param name")
         if not isinstance(value, (int, str, bool, float)):
             raise EditError(f"set_param {name}: value must be a number, string or bool")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1 << 63:
+            raise EditError(f"set_param {name}: integers fit in 64 bits")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise EditError(f"set_param {name}: value must be finite")
+        if isinstance(value, str) and (len(value) > 200 or not value.isprintable() or '"' in value):
+            raise EditError(f"set_param {name}: a string value is at most 200 printable characters, without '\"'")
         return Edit("set_param", name=name, value=value)
     if op == "replace_text":
         old, new = obj.get("old"), obj.get("new")

@@ -179,8 +179,14 @@ class ReplyError(ValueError):
 _BLOCK = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.S)
 
 
+MAX_REPLY_CHARS = 200_000  # the largest example program is ~20 KB
+
+
 def parse_reply(text: str, ctx: PlannerContext) -> Proposal:
     """A Proposal from the model's reply, or ReplyError saying what is wrong with it."""
+    if len(text) > MAX_REPLY_CHARS:
+        raise ReplyError(f"the reply is {len(text)} characters; send one edit or one program of at most "
+                         f"{MAX_REPLY_CHARS}")
     blocks = _BLOCK.findall(text)
     outside = _BLOCK.sub("", text).strip()
     programs = [b for lang, b in blocks if lang.lower() in ("argus", "arg")]
@@ -198,6 +204,8 @@ def parse_reply(text: str, ctx: PlannerContext) -> Proposal:
         obj: Any = json.loads(body)
     except json.JSONDecodeError as e:
         raise ReplyError(f"no ```json``` edit block or ```argus``` program found ({e.msg} at line {e.lineno})") from e
+    except (ValueError, RecursionError) as e:  # a 5001-digit integer, nesting deeper than the parser allows
+        raise ReplyError(f"the ```json``` block cannot be read: {str(e)[:200]}") from None
     parent = None
     reasoning = outside[:1500]
     if isinstance(obj, dict):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from argus.interp.budget import MAX_DIM
+
 Shape = dict[str, int]
 
 GEMM_TARGETS = ({"M": 4096, "N": 4096, "K": 4096}, {"M": 8192, "N": 8192, "K": 8192})
@@ -23,6 +25,8 @@ def parse_shapes(text: str, dims: tuple[str, ...]) -> list[Shape]:
         if not part:
             continue
         items = [x.strip() for x in part.replace("x", ",").split(",") if x.strip()]
+        if any(len(x) > 40 for x in items):
+            raise ValueError(f"shape {part[:40]!r}...: a size has too many digits")
         if all("=" in x for x in items):
             shape = {k.strip(): int(v) for k, v in (x.split("=", 1) for x in items)}
         elif len(items) == len(dims):
@@ -33,8 +37,8 @@ def parse_shapes(text: str, dims: tuple[str, ...]) -> list[Shape]:
         extra = [d for d in shape if d not in dims]
         if missing or extra:
             raise ValueError(f"shape {part!r}: needs exactly the dims {', '.join(dims)}")
-        if any(v < 1 for v in shape.values()):
-            raise ValueError(f"shape {part!r}: sizes must be positive")
+        if any(v < 1 or v > MAX_DIM for v in shape.values()):
+            raise ValueError(f"shape {part!r}: sizes must be integers from 1 to {MAX_DIM}")
         out.append({d: shape[d] for d in dims})
     if not out:
         raise ValueError("no shapes given")
@@ -65,6 +69,55 @@ def hidden_shapes(visible: list[Shape], rng: np.random.Generator, n: int = 2,
             else:
                 x = int(rng.integers(1, hi + 1))
                 s[d] = x | 1 if rng.random() < 0.7 else x
+        out.append(s)
+    return out
+
+
+def _off_grid(x: int, rng: np.random.Generator) -> int:
+    """x moved off the multiples of 8 (tile sizes), staying >= 1."""
+    if x % 8 == 0:
+        x += int(rng.choice([-1, 1, -3, 5]))
+    return max(1, x)
+
+
+def scale_shapes(visible: list[Shape], targets: list[Shape], rng: np.random.Generator, n: int,
+                 fixed: frozenset[str] = frozenset(), small: int = 280,
+                 max_elements: int = 1 << 25) -> list[Shape]:
+    """Hidden shapes up to the targets' scale: one dim large in each (taking turns over the dims from a
+    random first one; sometimes a second is large too) — the target size itself, just below it, or
+    anything between the small range and it, moved off multiples of 8 — the others small or extreme
+    (1). A kernel that skips work above some size is run where it does. Each shape stays within
+    `max_elements` for any two of its dims, so the interpreter can run it whole."""
+    base = visible[0] if visible else {}
+    free = [d for d in base if d not in fixed]
+    top = {d: max([int(t.get(d, 0)) for t in targets] + [base[d]]) for d in base}
+    grow = [d for d in free if top[d] > small]
+    if not grow:
+        return []
+    first = int(rng.integers(len(grow)))
+    out: list[Shape] = []
+    for i in range(n):
+        big = {grow[(first + i) % len(grow)]}
+        if len(grow) > 1 and len(free) > 2 and rng.random() < 0.3:
+            big.add(grow[(first + i + 1) % len(grow)])
+        s: Shape = {}
+        for d, v in base.items():
+            if d in fixed:
+                s[d] = v
+            elif d in big:
+                kind = rng.random()
+                if kind < 0.3:
+                    s[d] = top[d]
+                elif kind < 0.5:
+                    s[d] = max(1, top[d] - int(rng.integers(1, 8)))
+                else:
+                    s[d] = _off_grid(int(rng.integers(small + 1, top[d] + 1)), rng)
+            else:
+                s[d] = 1 if rng.random() < 0.15 else _off_grid(int(rng.integers(1, small + 1)), rng)
+        for d in sorted(s, key=lambda d: -s[d]):  # bound any two dims' product by shrinking the small ones
+            while d not in big and d not in fixed and s[d] > 1 and \
+                    s[d] * max(s[x] for x in s if x != d) > max_elements:
+                s[d] = max(1, s[d] // 2) | 1
         out.append(s)
     return out
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from argus.codegen.compile import Built, build
 from argus.codegen.resources import KernelResources
+from argus.files import check_output, write_output
 from argus.ir import nodes as ir
 
 EXT = {"cuda": ".cu", "ptx": ".ptx", "cubin": ".cubin"}
@@ -26,7 +27,7 @@ def resource_json(r: KernelResources, dynamic_smem: int) -> dict:
             "spill_store_bytes": r.spill_store_bytes, "spill_load_bytes": r.spill_load_bytes, "arch": r.arch}
 
 
-def write_artefact(built: Built, emit: str, ptx: str | None, output: str | None) -> str:
+def write_artefact(built: Built, emit: str, ptx: str | None, output: str | None, force: bool = False) -> str:
     if emit == "cuda":
         data: bytes = built.generated.source.encode()
     elif emit == "ptx":
@@ -40,15 +41,42 @@ def write_artefact(built: Built, emit: str, ptx: str | None, output: str | None)
             sys.stdout.write(data.decode())
         return "<stdout>"
     path = Path(output or f"{built.generated.name}{EXT[emit]}")
-    path.write_bytes(data)
-    return str(path)
+    return str(write_output(path, data, force=force))  # no symlinks followed, no silent overwrite
+
+
+def artefact_name(k: ir.Kernel) -> str:
+    """The generated entry symbol, which names the default artefact (argus.codegen.emit: a C keyword
+    or an ag_ name gets an argus_ prefix)."""
+    from argus.codegen.cexpr import C_KEYWORDS
+
+    return k.name if k.name not in C_KEYWORDS and not k.name.startswith("ag_") else f"argus_{k.name}"
+
+
+def _output_folder(file: str, output: str, count: int) -> Path:
+    """-o for several kernels: a folder, created when absent; never a symbolic link (links are not
+    followed, as for a file) nor anything but a folder."""
+    from argus.dsl.diagnostics import error
+
+    p = Path(output)
+    if p.is_symlink():
+        raise error("io", f"refusing to write into {p}: it is a symbolic link", None,
+                    "remove the link or choose another -o folder (links are never followed)")
+    if p.exists() and not p.is_dir():
+        raise error("io", f"{file} holds {count} kernels, so -o names a folder, and {p} is not one", None,
+                    "give a folder (created if absent), or pick one kernel with --kernel")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise error("io", f"cannot create the folder {p}: {exc.strerror or exc}", None) from None
+    return p
 
 
 def build_command(file: str, kernels: list[ir.Kernel], *, emit: str = "cubin", arch: str | None = None,
-                  output: str | None = None, fmt: str = "text") -> int:
+                  output: str | None = None, fmt: str = "text", force: bool = False) -> int:
     """Build each lowered kernel of `file`. One kernel: `output` is the artefact's path (- for stdout).
     Several: `output` is a folder (created) holding KERNEL.cu / .ptx / .cubin each; - concatenates text
-    artefacts on stdout (not cubins)."""
+    artefacts on stdout (not cubins). Every artefact path is checked before anything is compiled: no
+    symbolic link is followed and no existing file is replaced without `force` (argus.files)."""
     from argus.dsl.diagnostics import error
     from argus.records import file_record, record
 
@@ -56,15 +84,19 @@ def build_command(file: str, kernels: list[ir.Kernel], *, emit: str = "cubin", a
     if many and output == "-" and emit == "cubin":
         raise error("usage", f"{file} holds {len(kernels)} kernels: several cubins cannot go to stdout", None,
                     "pick one with --kernel, or write them to a folder with -o DIR")
-    if many and output not in (None, "-"):
-        Path(output).mkdir(parents=True, exist_ok=True)
-    records = []
+    folder = _output_folder(file, output, len(kernels)) if many and output not in (None, "-") else None
+    outs: list[str | None] = []
     for k in kernels:
+        name = f"{artefact_name(k)}{EXT[emit]}"
+        out = str(folder / name) if folder is not None else output
+        if out != "-":
+            check_output(out or name, force=force)
+        outs.append(out)
+    records = []
+    for k, out in zip(kernels, outs):
         built = build(k, arch=arch)  # always a cubin: the resource report reads it
         ptx = build(k, arch=arch, want="ptx").result.ptx if emit == "ptx" else None
-        out = str(Path(output, f"{built.generated.name}{EXT[emit]}")) if many and output not in (None, "-") \
-            else output
-        where = write_artefact(built, emit, ptx, out)
+        where = write_artefact(built, emit, ptx, out, force)
         res = built.resources
         smem = built.generated.smem_bytes
         records.append(record(file=file, kernel=k.name, status="ok", arch=built.arch, emit=emit, output=where,

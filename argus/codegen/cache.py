@@ -1,8 +1,14 @@
 """On-disk cache of NVRTC outputs, so `argus build/run/tune` recompile only what changed.
 
-An entry is ``<dir>/<key[:2]>/<key>.bin`` (the cubin or PTX) plus ``<key>.json`` (log, options, version),
-written binary first, metadata last, each through a temporary file and ``os.replace``: a reader sees a
-whole entry or none, also with several processes compiling at once. Failures are not cached.
+The cache is per user: ``<cache root>/nvrtc`` (``$ARGUS_CACHE_DIR``, else ``$XDG_CACHE_HOME/argus`` or
+``~/.cache/argus``), a directory of mode 0700 owned by the user and checked each time it is opened
+(argus.files.PrivateDir: no symlinks followed, files must be regular and the user's own). An entry is
+``<key>.bin`` (the cubin or PTX) plus ``<key>.json`` (log, options, version, the key itself and the
+binary's sha256), written binary first, metadata last, each through a temporary file and
+``os.replace``: a reader sees a whole entry or none, also with several processes compiling at once.
+The key hashes the whole CUDA source and everything else that determines the output, and an entry is
+served only if its metadata names that key and its binary matches the recorded hash. Failures are not
+cached.
 """
 
 from __future__ import annotations
@@ -10,8 +16,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,14 +28,17 @@ from argus.codegen.nvrtc import (
     nvrtc_version,
     parse_log,
 )
+from argus.files import CACHE_ENV, PrivateDir, UnsafeDir, cache_root
 
-CACHE_ENV = "ARGUS_CACHE_DIR"
-_FORMAT = 1  # bump when the entry layout or what goes into the key changes
+__all__ = ["CACHE_ENV", "cache_dir", "cache_key", "compile_cached", "load", "store"]
+
+_FORMAT = 2  # bump when the entry layout or what goes into the key changes
+MAX_BINARY = 256 << 20
+MAX_META = 16 << 20
 
 
 def cache_dir() -> Path:
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "argus"
+    return cache_root() / "nvrtc"
 
 
 def cache_key(
@@ -54,53 +61,46 @@ def cache_key(
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _paths(root: Path, key: str) -> tuple[Path, Path]:
-    d = root / key[:2]
-    return d / f"{key}.bin", d / f"{key}.json"
+def _names(key: str) -> tuple[str, str]:
+    return f"{key}.bin", f"{key}.json"
 
 
 def load(key: str, *, root: Path | None = None) -> CompileResult | None:
-    """The cached result for ``key`` (``cached=True``), or None when absent or unreadable."""
-    bin_path, meta_path = _paths(root or cache_dir(), key)
+    """The cached result for ``key`` (``cached=True``), or None when absent, unreadable or not trusted."""
+    bin_name, meta_name = _names(key)
     try:
-        meta = json.loads(meta_path.read_text())
-        binary = bin_path.read_bytes()
-    except (OSError, ValueError):
+        with PrivateDir.open(root or cache_dir(), create=False) as d:
+            raw_meta = d.read(meta_name, MAX_META)
+            binary = d.read(bin_name, MAX_BINARY)
+    except (UnsafeDir, OSError):
         return None
-    if meta.get("format") != _FORMAT or hashlib.sha256(binary).hexdigest() != meta.get("sha256"):
-        return None  # torn or foreign entry: recompile and overwrite
-    return CompileResult(
-        name=meta["name"],
-        arch=meta["arch"],
-        want=meta["want"],
-        binary=binary,
-        log=meta["log"],
-        options=tuple(meta["options"]),
-        nvrtc_version=(int(meta["nvrtc"][0]), int(meta["nvrtc"][1])),
-        diagnostics=parse_log(meta["log"]),
-        cached=True,
-    )
+    if raw_meta is None or binary is None:
+        return None
+    try:
+        meta = json.loads(raw_meta)
+        if meta.get("format") != _FORMAT or meta.get("key") != key \
+                or hashlib.sha256(binary).hexdigest() != meta.get("sha256"):
+            return None  # torn, foreign or planted entry: recompile and overwrite
+        return CompileResult(
+            name=str(meta["name"]),
+            arch=str(meta["arch"]),
+            want=meta["want"],
+            binary=binary,
+            log=str(meta["log"]),
+            options=tuple(str(o) for o in meta["options"]),
+            nvrtc_version=(int(meta["nvrtc"][0]), int(meta["nvrtc"][1])),
+            diagnostics=parse_log(str(meta["log"])),
+            cached=True,
+        )
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None
 
 
 def store(key: str, result: CompileResult, *, root: Path | None = None) -> None:
-    bin_path, meta_path = _paths(root or cache_dir(), key)
+    bin_name, meta_name = _names(key)
     meta = {
         "format": _FORMAT,
+        "key": key,
         "name": result.name,
         "arch": result.arch,
         "want": result.want,
@@ -109,8 +109,9 @@ def store(key: str, result: CompileResult, *, root: Path | None = None) -> None:
         "nvrtc": list(result.nvrtc_version),
         "sha256": hashlib.sha256(result.binary).hexdigest(),
     }
-    _atomic_write(bin_path, result.binary)
-    _atomic_write(meta_path, json.dumps(meta).encode())
+    with PrivateDir.open(root or cache_dir()) as d:
+        d.write(bin_name, result.binary)
+        d.write(meta_name, json.dumps(meta).encode())
 
 
 def compile_cached(
@@ -148,6 +149,6 @@ def compile_cached(
     )
     try:
         store(key, result, root=base)
-    except OSError:
-        pass  # a read-only or full cache directory must not fail the build
+    except OSError:  # UnsafeDir included: a read-only, full or shared directory must not fail the build
+        pass
     return dataclasses.replace(result, cached=False)

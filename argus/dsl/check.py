@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from argus.dsl import ast
+from argus.dsl.bounds import fold_binary
 from argus.dsl.diagnostics import ArgusError, Diagnostic, Span, error
 from argus.dsl.reference import REFERENCE_NAMES
 from argus.dsl.types import (
@@ -572,7 +573,11 @@ class _Checker:
                 va, vb = self.consts[id(e.left)], self.consts[id(e.right)]
                 if e.op in ("//", "%") and vb == 0:
                     raise self.err("division-by-zero", "division by zero in a compile-time expression", e)
-                return self.set(e, ScalarT(dt, True), _eval_bin(e.op, va, vb), True)
+                try:
+                    value = fold_binary(e.op, va, vb)
+                except (OverflowError, ValueError, ZeroDivisionError) as exc:
+                    raise self.err("out-of-range", f"compile-time arithmetic out of range: {exc}", e) from None
+                return self.set(e, ScalarT(dt, True), value, True)
             if e.op in ("//", "%") and id(e.right) in self.consts and self.consts[id(e.right)] == 0:
                 raise self.err("division-by-zero", "division by zero", e.right)
             return ScalarT(dt, False)
@@ -837,16 +842,6 @@ def _dtype_of_py(v) -> DType:
     return F32
 
 
-def _eval_bin(op: str, a, b):
-    if op == "//":
-        return a // b
-    if op == "%":
-        return a % b
-    return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b,
-            "**": lambda: a ** b, "<<": lambda: a << b, ">>": lambda: a >> b, "&": lambda: a & b,
-            "|": lambda: a | b, "^": lambda: a ^ b}[op]()
-
-
 def _eval_cmp(op: str, a, b) -> bool:
     return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b,
             "and": bool(a) and bool(b), "or": bool(a) or bool(b)}[op]
@@ -931,8 +926,8 @@ def _unary_math(kind: str):
                       "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x), "abs": abs}[kind]
                 try:
                     return c.set(e, ScalarT(F32 if kind != "abs" else t.dtype, True), fn(v), True)
-                except (ValueError, ZeroDivisionError):
-                    raise c.err("domain", f"{kind}({v}) is undefined", e) from None
+                except (ValueError, ZeroDivisionError, OverflowError):
+                    raise c.err("domain", f"{kind}({v}) is undefined or out of range", e) from None
             return ScalarT(F32 if kind != "abs" else t.dtype, False)
         if not isinstance(t, TileT) or t.space != "reg":
             raise c.err("type", f"{kind}() takes a register tile or a scalar, got {_fmt(t)}", e.args[0],

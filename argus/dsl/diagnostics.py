@@ -106,21 +106,45 @@ class SourceMap:
 SOURCES = SourceMap()  # every parsed file registers itself here
 
 
+MAX_QUOTED = 160  # characters of a source line shown around the caret
+
+
+def _quote(text: str, col: int, end: int) -> tuple[str, int, int]:
+    """The source line as shown (control characters escaped, clipped around the span) and the caret's
+    offset and width in it."""
+    from argus.escape import terminal
+
+    text = text.rstrip()
+    pad = len(terminal(text[: col - 1]))
+    width = max(1, len(terminal(text[col - 1: end - 1])))
+    shown = terminal(text)
+    if len(shown) > MAX_QUOTED:
+        start = max(0, min(pad - MAX_QUOTED // 3, len(shown) - MAX_QUOTED))
+        clipped = shown[start: start + MAX_QUOTED]
+        lead = "..." if start else ""
+        shown = lead + clipped + ("..." if start + MAX_QUOTED < len(shown) else "")
+        pad = pad - start + len(lead)
+        width = max(1, min(width, MAX_QUOTED - (pad - len(lead))))
+    return shown, pad, width
+
+
 def render(diag: Diagnostic, sources: SourceMap = SOURCES) -> str:
+    from argus.escape import terminal
+
     out = []
-    loc = f"{diag.span.path}:{diag.span.line}:{diag.span.col}: " if diag.span else ""
-    out.append(f"{loc}{diag.severity}: {diag.message} [{diag.code}]")
+    loc = f"{terminal(diag.span.path)}:{diag.span.line}:{diag.span.col}: " if diag.span else ""
+    out.append(f"{loc}{diag.severity}: {terminal(diag.message, keep_newlines=False)} [{diag.code}]")
     if diag.span is not None:
         text = sources.line(diag.span.path, diag.span.line)
         if text is not None:
             num = str(diag.span.line)
             gutter = " " * (len(num) + 1)
-            out.append(f" {num} | {text.rstrip()}")
             end = diag.span.end_col if diag.span.end_line == diag.span.line else len(text.rstrip()) + 1
-            width = max(1, end - diag.span.col)
-            out.append(f"{gutter} | {' ' * (diag.span.col - 1)}{'^' * width}")
+            shown, pad, width = _quote(text, diag.span.col, max(end, diag.span.col + 1))
+            out.append(f" {num} | {shown}")
+            out.append(f"{gutter} | {' ' * pad}{'^' * width}")
     for note in diag.notes:
-        out.extend(f"  {line}" for line in note.splitlines())
+        out.extend(f"  {line}" for line in terminal(note).splitlines())
     return "\n".join(out)
 
 

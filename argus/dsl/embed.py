@@ -43,7 +43,7 @@ def function_text(fn) -> tuple[str, str]:
     padded = "\n" * (first - 1) + body
     try:
         SOURCES.add(path, Path(path).read_text())
-    except OSError:
+    except (OSError, ValueError):  # unreadable, or not UTF-8: quote the function's own lines
         SOURCES.add(path, padded)
     return padded, path
 

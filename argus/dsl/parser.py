@@ -11,6 +11,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from lark.indenter import DedentError, Indenter
 
 from argus.dsl import ast
+from argus.dsl.bounds import check_nesting, float_literal, int_literal
 from argus.dsl.diagnostics import SOURCES, ArgusError, Diagnostic, Span, error
 
 
@@ -25,11 +26,12 @@ class _ArgusIndenter(Indenter):
 
 @functools.lru_cache(maxsize=1)
 def _lark() -> Lark:
+    # The LALR tables are built here or read from the per-user JSON cache (never from a pickle in a
+    # shared temp directory: see argus/dsl/tables.py).
+    from argus.dsl.tables import load_parser
+
     grammar = (Path(__file__).parent / "grammar.lark").read_text()
-    # cache=True keeps the compiled LALR tables in the temp dir, keyed by the grammar's hash: `argus
-    # check` then starts in a fraction of the time.
-    return Lark(grammar, parser="lalr", postlex=_ArgusIndenter(), propagate_positions=True,
-                maybe_placeholders=True, cache=True)
+    return load_parser(grammar, postlex=_ArgusIndenter(), propagate_positions=True, maybe_placeholders=True)
 
 
 def _span(path: str, meta) -> Span:
@@ -101,7 +103,8 @@ class _ToAst(Transformer):
                         "write a type as \"bf16[M, K]\" or \"f32\"")
         dims = None
         if m.group(2) is not None:
-            dims = tuple(int(d) if d.strip().isdigit() else d.strip() for d in m.group(2).split(",") if d.strip())
+            dims = tuple(int_literal(d.strip(), self._s(meta)) if d.strip().isdigit() else d.strip()
+                         for d in m.group(2).split(",") if d.strip())
             if any(isinstance(d, str) and not d.isidentifier() for d in dims):
                 raise error("syntax", f"dimensions are names or integers: {text!r}", self._s(meta))
         return (m.group(1), dims, self._s(meta))
@@ -111,7 +114,7 @@ class _ToAst(Transformer):
 
     def dim(self, meta, items):
         tok = items[0]
-        return int(tok, 0) if tok.type == "INT" else str(tok)
+        return int_literal(tok, _tok_span(self.path, tok)) if tok.type == "INT" else str(tok)
 
     def reference(self, meta, items):
         return tuple(items[0])
@@ -276,10 +279,10 @@ class _ToAst(Transformer):
         return ast.Name(self._s(meta), str(items[0]))
 
     def int_(self, meta, items):
-        return ast.Const(self._s(meta), int(str(items[0]), 0))
+        return ast.Const(self._s(meta), int_literal(items[0], self._s(meta)))
 
     def float_(self, meta, items):
-        return ast.Const(self._s(meta), float(str(items[0])))
+        return ast.Const(self._s(meta), float_literal(items[0], self._s(meta)))
 
     def string(self, meta, items):
         return ast.Const(self._s(meta), str(items[0])[1:-1])
@@ -441,6 +444,7 @@ def parse(text: str, path: str = "<string>", register: bool = True) -> ast.Modul
         line = _find_bad_dedent(text)
         raise error("syntax", "inconsistent indentation: this line matches no enclosing block",
                     Span(path, line, 1, line, 2), f"({exc}); indent it like the block it belongs to") from None
+    check_nesting(tree, path)  # before the (recursive) tree walks below
     try:
         return _ToAst(path).transform(tree)
     except Exception as exc:  # VisitError wraps our ArgusError
@@ -470,9 +474,6 @@ def _find_bad_dedent(text: str) -> int:
 
 
 def parse_file(path: str | Path) -> ast.Module:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise error("io", f"cannot read {p}: {exc.strerror or exc}", None) from None
-    return parse(text, str(path))
+    from argus.files import read_source
+
+    return parse(read_source(path), str(path))

@@ -94,11 +94,14 @@ def evaluate_reference(stmts: tuple[ast.Stmt, ...], env: dict[str, object]) -> d
 def _eval(e: ast.Expr, env: dict[str, object]):
     try:
         return _eval_inner(e, env)
-    except (ValueError, TypeError, IndexError, KeyError) as exc:
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError) as exc:
         if getattr(exc, "_argus_located", False):
             raise
         raise error("reference", f"reference block failed: {exc}", e.span,
                     "the reference block uses NumPy semantics; check shapes and arguments") from None
+    except MemoryError as exc:  # e.g. zeros(10**12): NumPy refuses the allocation (or the memory limit does)
+        raise error("reference", f"the reference block ran out of memory: {exc}", e.span,
+                    "allocate only what the outputs need (the shapes of the tensor arguments)") from None
 
 
 def _eval_inner(e: ast.Expr, env):

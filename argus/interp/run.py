@@ -9,7 +9,8 @@ import numpy as np
 
 from argus.dsl.diagnostics import error
 from argus.dsl.reference import evaluate_reference
-from argus.interp.machine import execute
+from argus.interp.budget import check_dims, check_fits, paced_blocks
+from argus.interp.machine import execute, grid_size
 from argus.interp.numerics import element_tolerance, round_to, storage_dtype, tolerance
 from argus.ir import nodes as ir
 
@@ -134,14 +135,17 @@ def run_interp(kernel: ir.Kernel, defines: dict[str, object], seed: int | None =
     rng = np.random.default_rng(seed)
     from argus import moe
 
+    check_dims(kernel, defines)
     if arrays is None and moe.is_moe_kernel(kernel):
         dims, arrays = moe.routed_inputs(kernel, defines, seed)  # metadata that satisfies the assumes
     else:
         dims = resolve_dims(kernel, defines)
+        check_fits(kernel, dims)  # refused up front when it cannot fit the memory budget
         arrays = arrays if arrays is not None else make_arrays(kernel, dims, rng)
     env = reference_env(kernel, arrays, dims, scalars)  # the inputs before the kernel writes outputs
     t0 = time.perf_counter()
-    execute(kernel, arrays, dims, scalars)
+    grid = grid_size(kernel, dims, scalars)
+    execute(kernel, arrays, dims, scalars, blocks=paced_blocks(kernel, grid, dims))
     seconds = time.perf_counter() - t0
     ref_env = evaluate_reference(kernel.reference, env)
     checks = tuple(compare(o, arrays[o], ref_env[o], kernel.tensor(o).dtype) for o in kernel.outputs)

@@ -18,9 +18,13 @@ NAIVE = {"BM": 64, "BN": 64, "BK": 32, "STAGES": 1, "MMA": "mma.sync", "SWIZZLE"
 CHECKS = ({"M": 64, "N": 64, "K": 64}, {"M": 72, "N": 40, "K": 56})  # small: fast in the interpreter
 
 
+TARGETS = ({"M": 4096, "N": 4096, "K": 4096},)  # one target: each evaluation checks it by sampled blocks
+
+
 def config(out: Path, budget: int = 4, **kw) -> TuneConfig:
     base = dict(file=str(GEMM), out_dir=str(out), budget=budget, params=dict(NAIVE), checks=CHECKS,
-                verifier="interp", evaluator="model", hidden_shapes=1, timeout_s=60.0)
+                verifier="interp", evaluator="model", hidden_shapes=1, scale_shapes=1, timeout_s=60.0,
+                targets=TARGETS)
     base.update(kw)
     return TuneConfig(**base)
 
@@ -29,8 +33,8 @@ def config(out: Path, budget: int = 4, **kw) -> TuneConfig:
 class WrongBackend(InterpBackend):
     """Computes, then perturbs one element: a wrong result."""
 
-    def execute(self, compiled, arrays, dims, scalars):
-        out = super().execute(compiled, arrays, dims, scalars)
+    def execute(self, compiled, arrays, dims, scalars, blocks=None):
+        out = super().execute(compiled, arrays, dims, scalars, blocks)
         out["C"][0, 0] += 8.0
         return out
 
@@ -38,9 +42,9 @@ class WrongBackend(InterpBackend):
 class UnwrittenBackend(InterpBackend):
     """Skips the last row of the output: those elements stay poisoned."""
 
-    def execute(self, compiled, arrays, dims, scalars):
+    def execute(self, compiled, arrays, dims, scalars, blocks=None):
         keep = arrays["C"][-1:].copy()
-        out = super().execute(compiled, arrays, dims, scalars)
+        out = super().execute(compiled, arrays, dims, scalars, blocks)
         out["C"][-1:] = keep
         return out
 
@@ -48,7 +52,7 @@ class UnwrittenBackend(InterpBackend):
 class TamperBackend(InterpBackend):
     """Zeros its inputs and its output, hoping the reference is computed from the tampered inputs."""
 
-    def execute(self, compiled, arrays, dims, scalars):
+    def execute(self, compiled, arrays, dims, scalars, blocks=None):
         arrays["A"][...] = 0
         arrays["B"][...] = 0
         arrays["C"][...] = 0
@@ -58,21 +62,21 @@ class TamperBackend(InterpBackend):
 class ShownShapesOnlyBackend(InterpBackend):
     """Correct only at the shapes the planner was shown (a kernel tuned to its test set)."""
 
-    def execute(self, compiled, arrays, dims, scalars):
-        out = super().execute(compiled, arrays, dims, scalars)
+    def execute(self, compiled, arrays, dims, scalars, blocks=None):
+        out = super().execute(compiled, arrays, dims, scalars, blocks)
         if dims not in [dict(s) for s in CHECKS]:
             out["C"][...] = 0
         return out
 
 
 class HangBackend(InterpBackend):
-    def execute(self, compiled, arrays, dims, scalars):
+    def execute(self, compiled, arrays, dims, scalars, blocks=None):
         time.sleep(3600)
         return {}
 
 
 class FaultBackend(InterpBackend):
-    def execute(self, compiled, arrays, dims, scalars):
+    def execute(self, compiled, arrays, dims, scalars, blocks=None):
         os.abort()
 
 

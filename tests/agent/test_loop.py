@@ -80,7 +80,30 @@ def test_cli_tune(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra,err", [(["--shapes", "1,2"], "give 3 sizes"), (["-D", "NOPE=3"], "NOPE"),
-                                       (["--budget", "-1"], "budget")])
+                                       (["--budget", "-1"], "budget"), (["--seed", "-1"], "seed"),
+                                       (["--timeout", "nan"], "timeout"), (["--memory-limit", "lots"], "memory"),
+                                       (["--out", "/dev/null"], "not a folder")])
 def test_cli_tune_rejects_bad_arguments(tmp_path, capsys, extra, err):
-    assert main(["tune", str(h.GEMM), "--out", str(tmp_path / "x"), *extra]) == 2
+    try:
+        code = main(["tune", str(h.GEMM), "--out", str(tmp_path / "x"), *extra])
+    except SystemExit as e:  # argparse's own checks
+        code = e.code
+    assert code == 2
     assert err in capsys.readouterr().err
+
+
+def _step(n: int, reward: float | None, verdict: str) -> dict:
+    return {"step": n, "reward": reward, "verify": {"status": verdict}}
+
+
+def test_an_unproved_kernel_is_not_crowned_over_a_proved_one_within_2_percent():
+    import math
+
+    from argus.agent.loop import pick_best
+
+    steps = [_step(0, 0.0, "verified"), _step(1, 0.30, "verified"), _step(2, 0.30 + math.log(1.019), "unknown"),
+             _step(3, None, "violated")]
+    assert pick_best(steps)["step"] == 1
+    steps.append(_step(4, 0.30 + math.log(1.05), "unknown"))  # clearly faster: it wins, reported as unproved
+    assert pick_best(steps)["step"] == 4
+    assert pick_best([_step(0, 0.0, "unknown"), _step(1, 0.1, "unknown")])["step"] == 1

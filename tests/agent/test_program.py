@@ -13,15 +13,18 @@ from tests.agent.helpers import GEMM, NAIVE
 
 ENV = Env(path=str(GEMM))
 DIMS = ({"M": 72, "N": 40, "K": 56}, {"M": 130, "N": 70, "K": 33})
+# The warp-specialised template (examples/gemm_ws.arg) assumes K % 8 == 0 and N % 8 == 0 (TMA's 16-byte
+# row pitches): irregular shapes within that assume.
+DIMS_TMA = ({"M": 72, "N": 40, "K": 56}, {"M": 130, "N": 72, "K": 40})
 
 
 def naive() -> Candidate:
     return Candidate.make(GEMM.read_text(), dict(NAIVE))
 
 
-def correct(c: Candidate) -> bool:
+def correct(c: Candidate, dims=DIMS) -> bool:
     k = build(c)
-    return all(run_interp(k, d, seed=1).ok for d in DIMS)
+    return all(run_interp(k, d, seed=1).ok for d in dims)
 
 
 def test_edits_are_validated_data():
@@ -76,7 +79,8 @@ def test_replace_text_must_match_once():
 ], ids=lambda e: "+".join(x["name"] for x in e))
 def test_rewrites_give_correct_programs(edits):
     d = apply_edits(naive(), parse_edits(edits), ENV)
-    assert correct(d), d.materialise()
+    tma = any(e["name"] == "warp_specialise" for e in edits)
+    assert correct(d, DIMS_TMA if tma else DIMS), d.materialise()
 
 
 def test_persistent_rewrite_keeps_allocations_outside_and_barrier_inside():

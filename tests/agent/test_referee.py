@@ -27,9 +27,13 @@ def naive() -> Candidate:
 def test_honest_candidate_passes_with_estimates():
     ev = referee(InterpBackend()).evaluate(naive(), seed=1)
     assert ev.ok, ev.message
-    assert [c.hidden for c in ev.checks] == [False, False, True, True]
+    assert [c.kind for c in ev.checks] == ["visible", "visible", "hidden", "hidden", "scale", "scale", "timed"]
     hidden = [c.dims for c in ev.checks if c.hidden]
     assert all(d not in [dict(s) for s in h.CHECKS] for d in hidden)
+    # unseen shapes reach the targets' scale in some dim, and the target itself is checked before timing
+    assert all(max(c.dims.values()) > 280 for c in ev.checks if c.kind == "scale")
+    (timed,) = [c for c in ev.checks if c.kind == "timed"]
+    assert timed.dims == TARGETS[0] and len(timed.sample["blocks"]) >= 3 and timed.sample["compared"] >= 100
     (t,) = ev.timings
     assert t.estimate and ev.estimate and t.median_s > t.floor_s and 50 < t.tflops < 989
     again = Evaluation.from_json(ev.to_json())
@@ -79,3 +83,56 @@ def test_isolation_reports_errors_and_values():
     assert r.status == "error" and "ValueError" in r.error
     r = run_isolated(os._exit, 3, timeout_s=10)
     assert r.status == "fault" and r.exitcode == 3
+
+
+class WholeGridBackend(InterpBackend):
+    """The GPU's way of checking a timed shape (the whole grid runs), on the CPU."""
+
+    partial = False
+
+
+class PoisonAtTargetBackend(WholeGridBackend):
+    """Leaves one element of the output unwritten, only at the (unseen before) target shape."""
+
+    def execute(self, compiled, arrays, dims, scalars, blocks=None):
+        out = super().execute(compiled, arrays, dims, scalars, blocks)
+        if dims == SMALL_TARGET:
+            out["C"][-1, -2] = float("nan")
+        return out
+
+
+SMALL_TARGET = {"M": 512, "N": 320, "K": 256}
+
+
+def test_whole_grid_timed_check_samples_leftover_poison():
+    start = naive()
+    cfg = RefereeConfig(h.CHECKS, (SMALL_TARGET,), hidden=0, scale=0, timeout_s=60)
+    ev = Referee(WholeGridBackend(), start, cfg).evaluate(start, seed=2)
+    assert ev.ok, ev.message
+    (timed,) = [c for c in ev.checks if c.kind == "timed"]
+    assert "blocks" not in timed.sample and timed.sample["compared"] >= 100
+    ev = Referee(PoisonAtTargetBackend(), start, cfg).evaluate(start, seed=2)
+    assert ev.status == "wrong" and "the target shape M=512,N=320,K=256" in ev.message and "C[511, 318]" in ev.message
+
+
+def test_the_cost_model_refuses_to_time_an_unchecked_shape():
+    from argus.agent.backend import Unchecked, shape_key
+
+    b = InterpBackend()
+    c = b.compile(naive().source, naive().defines, None)
+    with pytest.raises(Unchecked):
+        b.time(c, TARGETS[0], seed=0, reps=1, input_sets=1)
+    c.checked.add(shape_key(TARGETS[0]))
+    assert b.time(c, TARGETS[0], seed=0, reps=1, input_sets=1).estimate
+
+
+def test_sampled_blocks_include_the_edges():
+    import numpy as np
+
+    from argus.agent.sampling import sample_blocks
+
+    rng = np.random.default_rng(0)
+    assert set(sample_blocks((64, 64), rng, 3)) >= {(0, 0), (63, 63), (63, 0), (0, 63)}
+    assert sample_blocks((1,), rng, 3) == [(0,)]
+    picks = sample_blocks((132,), rng, 3)
+    assert picks[:2] == [(0,), (131,)] and len(picks) == 3 and len(set(picks)) == 3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -30,7 +32,7 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _entries(d: Path) -> list[Path]:
-    return sorted(p for p in d.rglob("*") if p.is_file())
+    return sorted(p for p in (d / "nvrtc").rglob("*") if p.is_file())
 
 
 def test_second_compile_is_a_hit(cache_dir: Path) -> None:
@@ -80,7 +82,7 @@ def test_options_and_arch_miss(cache_dir: Path) -> None:
 
 def test_corrupt_entry_is_recompiled(cache_dir: Path) -> None:
     first = compile_cached(SRC, name="scale")
-    (bin_path,) = cache_dir.rglob("*.bin")
+    (bin_path,) = (cache_dir / "nvrtc").rglob("*.bin")
     bin_path.write_bytes(b"torn")
     again = compile_cached(SRC, name="scale")
     assert not again.cached and again.binary == first.binary
@@ -99,9 +101,66 @@ def test_explicit_root_and_name(tmp_path: Path) -> None:
     hit = compile_cached(SRC, name="two", root=tmp_path)
     assert hit.cached and hit.name == "two"
     key = cache_key(SRC, arch="sm_90a", options=effective_options("sm_90a", "cubin"), want="cubin")
-    assert (tmp_path / key[:2] / f"{key}.bin").is_file()
+    assert (tmp_path / f"{key}.bin").is_file()
 
 
 def test_default_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(cache.CACHE_ENV, raising=False)
-    assert cache.cache_dir() == Path.home() / ".cache" / "argus"
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert cache.cache_dir() == Path.home() / ".cache" / "argus" / "nvrtc"
+    monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere")
+    assert cache.cache_dir() == Path("/somewhere/argus/nvrtc")
+
+
+def _key() -> str:
+    return cache_key(SRC, arch="sm_90a", options=effective_options("sm_90a", "cubin"), want="cubin")
+
+
+def test_cache_directory_is_private(cache_dir: Path) -> None:
+    compile_cached(SRC, name="scale")
+    for d in (cache_dir, cache_dir / "nvrtc"):
+        assert d.stat().st_mode & 0o777 == 0o700
+    assert all(p.stat().st_mode & 0o077 == 0 for p in _entries(cache_dir))
+
+
+def test_a_planted_entry_with_a_matching_checksum_is_not_served(cache_dir: Path) -> None:
+    """The checksum beside a binary proves nothing: the metadata must name the key it was stored for."""
+    first = compile_cached(SRC, name="scale")
+    key = _key()
+    other = cache_key(SRC + "// other", arch="sm_90a", options=effective_options("sm_90a", "cubin"), want="cubin")
+    d = cache_dir / "nvrtc"
+    evil = b"\x7fELF planted"
+    meta = json.loads((d / f"{key}.json").read_text())
+    meta.update(sha256=hashlib.sha256(evil).hexdigest(), key=other)  # consistent checksum, wrong key
+    (d / f"{key}.bin").write_bytes(evil)
+    (d / f"{key}.json").write_text(json.dumps(meta))
+    again = compile_cached(SRC, name="scale")
+    assert not again.cached and again.binary == first.binary
+
+
+def test_symlinked_entries_and_directories_are_not_followed(cache_dir: Path, tmp_path: Path) -> None:
+    first = compile_cached(SRC, name="scale")
+    key = _key()
+    d = cache_dir / "nvrtc"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for suffix in (".bin", ".json"):
+        (outside / f"{key}{suffix}").write_bytes((d / f"{key}{suffix}").read_bytes())
+        (d / f"{key}{suffix}").unlink()
+        (d / f"{key}{suffix}").symlink_to(outside / f"{key}{suffix}")
+    assert cache.load(key) is None  # a link is not an entry, even one pointing at a valid copy
+    # A cache directory replaced by a link elsewhere (or owned by someone else) is not used at all.
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    linked = tmp_path / "linked-cache"
+    linked.symlink_to(victim)
+    res = compile_cached(SRC, name="scale", root=linked)
+    assert not res.cached and res.binary == first.binary and list(victim.iterdir()) == []
+
+
+def test_a_cache_readable_by_others_is_made_private(cache_dir: Path) -> None:
+    d = cache_dir / "nvrtc"
+    d.mkdir(parents=True)
+    d.chmod(0o777)
+    compile_cached(SRC, name="scale")
+    assert d.stat().st_mode & 0o777 == 0o700 and compile_cached(SRC, name="scale").cached

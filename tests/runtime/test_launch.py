@@ -72,7 +72,7 @@ reference:
 
 
 def test_preconditions_are_checked_before_launch() -> None:
-    k = build_file(EXAMPLES / "bugs" / "deadlock_wrong_parity.arg")  # assume(K % 8 == 0), assume(N % 8 == 0)
+    k = build_file(EXAMPLES / "bugs" / "async_ws_consumer_parity_early.arg")  # assume(K % 8 == 0), assume(N % 8 == 0)
     check_preconditions(k, {"M": 64, "K": 64, "N": 64}, {})
     with pytest.raises(ArgumentError, match=r"precondition assume\(K % 8 == 0\).*does not hold for .*K=65"):
         check_preconditions(k, {"M": 64, "K": 65, "N": 64}, {})
