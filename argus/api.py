@@ -59,15 +59,16 @@ class Kernel:
                       "verify() for the verifier's report", DeprecationWarning, stacklevel=2)
         return self.lower(**dims)
 
-    def verify(self, *, replay: bool = True, **dims) -> Verification:
+    def verify(self, *, replay: bool = True, test: bool = True, **dims) -> Verification:
         """Prove the kernel's invariants and hazard checks with Z3 (argus.analysis.verify), as `argus check`
         does, with `dims` fixed (unfixed dims range over 1..65536). Returns a Verification: `status`
         ("verified" | "violated" | "unknown"), `results` (per check: status and seconds), `findings`
         (with counterexamples and their interpreter replay, unless `replay=False`), `report` (the
-        argus.analysis Report), and `to_json()` -- the record `argus check --format json` prints."""
+        argus.analysis Report, whose `tested` holds the numeric tier unless `test=False`), and `to_json()`
+        -- the record `argus check --format json` prints."""
         from argus.verification import verify_kernel
 
-        return verify_kernel(self.node, {**self.params, **dims}, file=self.node.span.path, replay=replay)
+        return verify_kernel(self.node, {**self.params, **dims}, file=self.node.span.path, replay=replay, test=test)
 
     def interpret(self, *, convert: bool = False, **arrays: Any) -> None:
         """Run in the NumPy interpreter over `arrays` (outputs written in place); dims come from shapes.

@@ -88,13 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="check a kernel and prove its invariants (tags, races, bounds, ...) with Z3",
                        description="Parse FILE, run the semantic checks, lower it to the IR (binding -D "
                        "parameters, expanding pipelines, assigning MMA layouts), then prove every data-flow "
-                       "invariant and hazard check on the lowered program with Z3. Violations come with a "
-                       "counterexample replayed in the interpreter. Exit 0 verified, 1 errors or violations, "
-                       "2 unknown (solver timeout or unsupported construct; never reported as verified).")
+                       "invariant and hazard check on the lowered program with Z3 (each output against its "
+                       "reference: block's data flow). Violations come with a counterexample replayed in the "
+                       "interpreter. Then the numeric tier runs the kernel in the interpreter against its "
+                       "reference at two small shapes (tested, not proved). A construct the code generator "
+                       "cannot build is refused at its line. Exit 0 verified, 1 errors, violations or a failed "
+                       "test, 2 unknown (solver budget or unsupported construct; never reported as verified).")
     _common(c)
     c.add_argument("--emit-ir", action="store_true", help="print the lowered IR")
     c.add_argument("--no-verify", action="store_true", help="stop after the front end and lowering")
     c.add_argument("--no-replay", action="store_true", help="do not replay counterexamples in the interpreter")
+    c.add_argument("--no-test", action="store_true",
+                   help="skip the numeric tier (the interpreter against the reference at two small shapes)")
     c.add_argument("--timings", action="store_true", help="print each check's time")
     r = sub.add_parser("run", help="run a kernel (interpreter or GPU), compare with its reference: block, time it",
                        description="Draw fresh random inputs (outputs poisoned with NaN), execute the kernel, "
@@ -207,7 +212,7 @@ def _check_one(args, src, defines: dict[str, object]) -> tuple[int, dict]:
     from argus.analysis import VERIFIED, VIOLATED
     from argus.verification import verify_kernel
 
-    v = verify_kernel(src.node, defines, file=args.file, replay=not args.no_replay)
+    v = verify_kernel(src.node, defines, file=args.file, replay=not args.no_replay, test=not args.no_test)
     if args.format == "text":
         if args.emit_ir:
             print(print_kernel(v.ir), end="")

@@ -71,27 +71,37 @@ class Verification:
 
 
 def verify_kernel(node: ast.Kernel, defines: dict[str, object] | None = None, *, file: str | None = None,
-                  replay: bool = True) -> Verification:
+                  replay: bool = True, test: bool = True) -> Verification:
     """Lower `node` with `defines` (params and dims), then prove every check with argus.analysis.verify;
-    violations are replayed in the interpreter unless `replay` is False. Front-end errors (and dims that
-    are not integers in [1, 2**31 - 1]) raise ArgusError; work the verifier cannot take on (see
-    `not_attempted`, or a RecursionError in it) is an "unknown" verdict whose note says why."""
+    violations are replayed in the interpreter unless `replay` is False. Front-end errors, dims that are
+    not integers in [1, 2**31 - 1] and constructs the code generator refuses raise ArgusError; work the
+    verifier cannot take on (see `not_attempted`, or a RecursionError in it) is an "unknown" verdict whose
+    note says why."""
     defines = dict(defines or {})
     path = file if file is not None else node.span.path
     t0 = time.perf_counter()
     k = build_kernel(node, defines)
     check_dims(k, defines)
+    buildable(k)
     note = not_attempted(k, defines)
     report = None
     if note is None:
         try:
-            report = analysis_verify(k, defines) if replay else analysis_verify(k, defines, do_replay=False)
+            report = analysis_verify(k, defines, do_replay=replay, test=test)
         except RecursionError:  # deep symbolic terms (long fixed loops): the verdict is unknown, not a crash
             note = ("not completed: the verifier's symbolic terms grew too deep (RecursionError); try smaller "
                     "fixed dims or leave them symbolic")
     if report is None:
         report = unknown_report(k, path, note or "not attempted")
     return Verification(report, path, time.perf_counter() - t0, k)
+
+
+def buildable(k: ir.Kernel) -> None:
+    """A program `check` accepts also builds: emit its CUDA (no compile; milliseconds) and let a construct
+    the code generator refuses stop `check` at its line, with the generator's reason."""
+    from argus.codegen.emit import generate
+
+    generate(k)
 
 
 def not_attempted(k: ir.Kernel, defines: dict[str, object]) -> str | None:

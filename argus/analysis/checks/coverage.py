@@ -23,7 +23,7 @@ import z3
 from argus.analysis import terms as T
 from argus.analysis.checks.common import Analysis
 from argus.analysis.checks.coverage_data import data_coverage, data_dependent
-from argus.analysis.checks.coverage_tiles import tile_coverage
+from argus.analysis.checks.coverage_tiles import prove_schedule, tile_coverage
 from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
 from argus.analysis.solve import counterexample, value
 from argus.analysis.solving import check_split
@@ -53,6 +53,8 @@ class Coverage:
         """Ask for a model of `formula` under `base`: a violation with a counterexample, or nothing."""
         s = solver(SOLVER_TIMEOUT_MS)
         s.add(*base, formula)
+        # a counterexample the interpreter can run: at least one block along every grid axis
+        s.add(*[as_int(g) >= 1 for g in ctx.grid])
         small = [d <= 512 for d in ctx.dims.values()]
         r = s.check(*small)
         if r != z3.sat:
@@ -122,6 +124,15 @@ def block_coverage(cov: Coverage, a: Analysis, live, out: str) -> None:
         return z3.And(*[z3.And(b >= 0, b < as_int(g)) for b, g in zip(blk, ctx.grid)])
 
     span = next((s.span for stores, _ in groups.values() for s in stores), a.kernel.span)
+    stores0 = next(iter(groups.values()))[0]
+    if single and len(stores0) == 1 and candidate_block(stores0[0], ctx, c) is None and _one_d(ctx):
+        # a 1-D grid whose blocks map to output tiles through a schedule (a grouped raster): the block
+        # index is the tile index of a persistent loop's proof (coverage_tiles)
+        tv = z3.Int("tile")
+        st = stores0[0]
+        starts = tuple(z3.substitute(as_int(x), (ctx.block[0], tv)) for x in st.view.starts)
+        prove_schedule(cov, a.kernel, ctx, out, st, starts, ctx.grid[0], st.span, tv)
+        return
     if not cov.done("output-unwritten", out):
         misses = []
         for stores, paths in groups.values():
@@ -153,6 +164,11 @@ def block_coverage(cov: Coverage, a: Analysis, live, out: str) -> None:
         if pairs:
             cov.record("output-written-twice", base, z3.And(in_range, in_grid(b1), in_grid(b2), z3.Or(*pairs)),
                        ctx, c, out, f"output '{out}' has elements written more than once", span)
+
+
+def _one_d(ctx) -> bool:
+    return all(z3.is_int_value(z3.simplify(as_int(g))) and z3.simplify(as_int(g)).as_long() == 1
+               for g in ctx.grid[1:])
 
 
 def covers(st, blk, ctx, c):

@@ -52,6 +52,11 @@ def tile_coverage(cov, a, live, out: str) -> None:
             cov.unknown(code, span, f"{len(stores_of)} stores of '{out}' per tile (one is supported)")
         return
     (st, starts), = stores_of
+    prove_schedule(cov, k, ctx, out, st, starts, n0, span, tv)
+
+
+def prove_schedule(cov, k, ctx, out: str, st, starts: tuple, n0, span, tv) -> None:
+    """The four facts for one store whose starts move with the tile variable `tv` over [0, n0)."""
     block_names = {str(x) for x in ctx.block}
     if st.view.keep is not None or any(T.mentions(x, block_names) for x in starts):
         for code in ("output-unwritten", "output-written-twice"):
