@@ -103,6 +103,7 @@ def solve_contents(kernel: ir.Kernel, dims: dict[str, int], defines: dict, pins:
         f, args = _parse_pin(key, fns)
         if f is not None and isinstance(v, int):
             s.add(f(*[z3.IntVal(a) for a in args]) == v)
+    used = _constrained_entries(s.assertions(), fns)
     r = s.check()
     if r == z3.sat:
         _diversify(s, kernel, dims, fns)
@@ -114,6 +115,7 @@ def solve_contents(kernel: ir.Kernel, dims: dict[str, int], defines: dict, pins:
     from argus.interp.numerics import storage_dtype
 
     out = {}
+    rng = np.random.default_rng(seed)
     for t in data_tensors(kernel):
         shape = tuple(d if isinstance(d, int) else dims[d] for d in t.dims)
         f = fns.get(t.name)
@@ -121,8 +123,47 @@ def solve_contents(kernel: ir.Kernel, dims: dict[str, int], defines: dict, pins:
         if f is not None:
             for idx in itertools.product(*(range(n) for n in shape)):
                 arr[idx] = m.eval(f(*[z3.IntVal(i) for i in idx]), model_completion=True).as_long()
+            _fill_free_entries(arr, used.get(f.name()), rng)
         out[t.name] = arr
     return out
+
+
+def _constrained_entries(assertions, fns: dict) -> dict[str, set | None]:
+    """Per tensor function, the constant indices the contract mentions (None: some index is symbolic,
+    so every entry may be constrained)."""
+    used: dict[str, set | None] = {name: set() for name in fns}
+    seen: set[int] = set()
+    stack = list(assertions)
+    while stack:
+        e = stack.pop()
+        if e.get_id() in seen:
+            continue
+        seen.add(e.get_id())
+        if z3.is_app(e):
+            name = e.decl().name()
+            if name in used and e.num_args() > 0 and used[name] is not None:
+                args = [e.arg(i) for i in range(e.num_args())]
+                if all(z3.is_int_value(a) for a in args):
+                    used[name].add(tuple(a.as_long() for a in args))
+                else:
+                    used[name] = None
+            stack.extend(e.children())
+    return used
+
+
+def _fill_free_entries(arr: np.ndarray, used: set | None, rng: np.random.Generator | None = None) -> None:
+    """Entries no assume mentions may still be read by the reference block (a gather through all of pos
+    while the kernel reads part of it). The contract holds for any value there, so give them values the
+    constrained entries take, which keeps them in range."""
+    if not used:
+        return
+    values = [int(arr[i]) for i in used if all(0 <= x < n for x, n in zip(i, arr.shape))]
+    if not values:
+        return
+    rng = rng or np.random.default_rng(len(values))
+    for idx in itertools.product(*(range(n) for n in arr.shape)):
+        if idx not in used:
+            arr[idx] = values[int(rng.integers(len(values)))]
 
 
 def _nested_bounds(assertions, fns: dict, shapes: dict) -> list:
