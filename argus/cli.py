@@ -364,7 +364,9 @@ def _bounded(args) -> int:
 
     gpu = args.command == "run" and not args.interp
     limits = Limits(args.time_limit, None if gpu else args.memory_limit)
-    r = run_isolated(_captured, args, timeout_s=limits.time_s, memory_bytes=limits.memory_bytes)
+    # a forked child cannot use a CUDA context its parent created (a test process, a Python caller): spawn
+    r = run_isolated(_captured, args, timeout_s=limits.time_s, memory_bytes=limits.memory_bytes,
+                     start_method="spawn" if gpu else "fork")
     if r.status == "ok":
         code, out, err = r.value
         if not (args.command == "build" and args.output == "-"):  # a cubin on stdout stays bytes

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 from argus.analysis import Report
 from argus.analysis import verify as analysis_verify
-from argus.analysis.findings import CHECKS, UNKNOWN, CheckResult, Finding
+from argus.analysis.findings import CHECKS, UNKNOWN, VIOLATED, CheckResult, Finding
 from argus.dsl import ast
+from argus.dsl.diagnostics import ArgusError
 from argus.interp.budget import MAX_VERIFY_STEPS, check_dims, loop_steps
 from argus.ir import nodes as ir
 from argus.ir.build import build_kernel
@@ -82,7 +83,7 @@ def verify_kernel(node: ast.Kernel, defines: dict[str, object] | None = None, *,
     t0 = time.perf_counter()
     k = build_kernel(node, defines)
     check_dims(k, defines)
-    buildable(k)
+    refusal = build_refusal(k)
     note = not_attempted(k, defines)
     report = None
     if note is None:
@@ -91,6 +92,14 @@ def verify_kernel(node: ast.Kernel, defines: dict[str, object] | None = None, *,
         except RecursionError:  # deep symbolic terms (long fixed loops): the verdict is unknown, not a crash
             note = ("not completed: the verifier's symbolic terms grew too deep (RecursionError); try smaller "
                     "fixed dims or leave them symbolic")
+    if refusal is not None:
+        # a program the code generator refuses is never accepted; a violation the verifier found says more
+        # about it (a counterexample, a replay) than the refusal, so that is what `check` reports then
+        if report is None or report.status != VIOLATED:
+            raise refusal
+        d = refusal.diagnostics[0]
+        report.notes.append(f"does not build either: {d.message} (line {d.span.line})" if d.span
+                            else f"does not build either: {d.message}")
     if report is None:
         report = unknown_report(k, path, note or "not attempted")
     return Verification(report, path, time.perf_counter() - t0, k)
@@ -102,6 +111,14 @@ def buildable(k: ir.Kernel) -> None:
     from argus.codegen.emit import generate
 
     generate(k)
+
+
+def build_refusal(k: ir.Kernel) -> ArgusError | None:
+    try:
+        buildable(k)
+    except ArgusError as exc:
+        return exc
+    return None
 
 
 def not_attempted(k: ir.Kernel, defines: dict[str, object]) -> str | None:

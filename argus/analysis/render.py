@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from argus.analysis.findings import UNKNOWN, VIOLATED, Finding, Report
+from argus.analysis.findings import VERIFIED, VIOLATED, Finding, Report
 from argus.dsl.diagnostics import Diagnostic, render
 
 
@@ -53,7 +53,7 @@ def render_report(r: Report, timings: bool = False) -> str:
     out.append(f"{r.path}: kernel '{r.kernel}': {r.status} ({len(r.results)} checks: {summary}{tested})")
     if r.tested is not None and (timings or not r.tested.ok or not r.tested.shapes):
         out.extend(r.tested.render())
-    if timings or r.status == UNKNOWN:
+    if timings or r.status != VERIFIED:
         for n in r.notes:
             out.append(f"  note: {n}")
     if timings:

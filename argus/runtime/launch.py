@@ -28,6 +28,23 @@ from argus.runtime.arguments import bind_arguments, check_preconditions, validat
 from argus.runtime.arrays import ITEMSIZE, ArgumentError, ArrayInfo, array_info, module_root
 
 
+def _framework_view(name: str, obj: Any) -> Any:
+    """`obj` as a torch tensor or cupy array (a bare DLPack producer is viewed through whichever is
+    installed), so that a padded copy can be made on its device."""
+    if module_root(obj) in ("torch", "cupy"):
+        return obj
+    for mod in ("torch", "cupy"):
+        try:
+            lib = __import__(mod)
+            view = lib.from_dlpack(obj)
+        except Exception:  # noqa: BLE001 - not installed, or it cannot view this dtype: try the next
+            continue
+        if mod == "cupy" or view.is_cuda:
+            return view
+    raise ArgumentError(f"argument {name}: its rows are not 16-byte aligned, and copying it to a 16-byte pitch "
+                        "needs torch or cupy to view it; pass one with 16-byte aligned rows")
+
+
 def _padded_copy(name: str, obj: Any, info: ArrayInfo) -> Any:
     """A copy of `obj` whose last axis is padded to 16 bytes (same framework, same stream)."""
     per = 16 // info.itemsize
@@ -108,7 +125,7 @@ class GpuKernel:
             if name in k.outputs:
                 raise ArgumentError(f"argument {name}: the kernel reads it 16 bytes at a time and writes it, so "
                                     "its rows must be 16-byte aligned (and its base address too)")
-            src = arrays[name]
+            src = _framework_view(name, arrays[name])
             padded = _padded_copy(name, src, info)
             arrays[name] = padded
             # the padded pitch and pointer, but the logical shape: TMA boxes and masks stop at the real edge
