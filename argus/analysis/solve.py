@@ -25,7 +25,7 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
         s = solver(timeout_ms)
         s.add(*trace.constraints)
         s.add(z3.Or(*[z3.And(*ob.domain, ob.bad) for ob in plain]))
-        r = check_split(s)
+        r = check_split(s, timeout_ms=timeout_ms)
         if r == z3.sat:
             m = s.model()
             hit = next((ob for ob in plain if z3.is_true(m.eval(z3.And(*ob.domain, ob.bad), model_completion=True))),
@@ -48,7 +48,7 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
         s.add(*trace.constraints, *ob.domain, ob.bad)
         settled = False
         for _ in range(refinements + 1):
-            r = check_split(s)
+            r = check_split(s, timeout_ms=timeout_ms)
             if r == z3.unsat:
                 settled = True
                 break

@@ -16,7 +16,8 @@ import math
 
 import z3
 
-from argus.analysis.symbolic import budget, solver
+from argus.analysis import bitblast
+from argus.analysis.symbolic import SOLVER_TIMEOUT_MS, budget, solver
 from argus.analysis.terms import zi
 
 
@@ -235,12 +236,40 @@ def _moduli(formulas) -> dict:
     return out
 
 
-def check_split(s: z3.Solver, assumptions: list | None = None, limit: int = 256) -> z3.CheckSatResult:
-    """s.check(); on unknown, split on the residue of a variable modulo the lcm of the constants it is
-    divided by (bit tests of a dim: (M // 4) % 2), one query per residue. Returns sat (s holds the
-    model's assertions: call s.model()), unsat or unknown."""
+QUICK_MS = 250  # the integer solver's first try at a query with division: most settle well within it
+
+
+def _bitblasted(s: z3.Solver, assumptions: list) -> z3.CheckSatResult | None:
+    """unsat from the exact bit-vector query (argus.analysis.bitblast), or sat with s holding a model
+    (the integer query re-checked with every variable pinned to the bit-vector model), else None."""
+    r, values = bitblast.decide([*s.assertions(), *assumptions])
+    if r == z3.unsat:
+        return z3.unsat
+    if r == z3.sat and values is not None:
+        pins = [z3.Int(name) == v for name, v in values.items()]
+        if s.check(*assumptions, *pins) == z3.sat:
+            return z3.sat
+    return None
+
+
+def check_split(s: z3.Solver, assumptions: list | None = None, limit: int = 256,
+                timeout_ms: int = SOLVER_TIMEOUT_MS) -> z3.CheckSatResult:
+    """s.check(); with division or remainder in the query, a short integer attempt, then the exact
+    bit-vector query (argus.analysis.bitblast), then a split on the residue of a variable modulo the lcm
+    of the constants it is divided by (bit tests of a dim: (M // 4) % 2), one query per residue.
+    Returns sat (s holds the model's assertions: call s.model()), unsat or unknown."""
     assumptions = assumptions or []
-    mods = [(x, L) for x, L in _moduli(s.assertions()).values() if L <= limit]
+    moduli = _moduli(s.assertions())
+    if moduli or bitblast.has_divmod([*s.assertions(), *assumptions]):
+        budget(s, QUICK_MS)
+        r = s.check(*assumptions)
+        if r != z3.unknown:
+            return r
+        budget(s, timeout_ms)
+        r = _bitblasted(s, assumptions)
+        if r is not None:
+            return r
+    mods = [(x, L) for x, L in moduli.values() if L <= limit]
     if mods:
         budget(s, 1500)  # bit tests of a dim are slow for the solver and fast per residue
     r = s.check(*assumptions)

@@ -101,6 +101,7 @@ class Context:
     # met so far (counterexamples print their values: offs[1] = 3).
     functions: dict[str, z3.FuncDeclRef] = field(default_factory=dict)
     applications: list = field(default_factory=list)
+    application_ids: set = field(default_factory=set)  # z3 terms are hash-consed: membership by id
     on_load: object = None  # callback(load node, index terms): the executor records the access
     # assume(lambda i: cond, over=N): (lambda, N term, env at the assume); instantiated by the checks
     # that need them (output coverage), never asserted as quantifiers
@@ -124,7 +125,8 @@ class Context:
             fn = z3.Function(f"{name}", *([z3.IntSort()] * len(idx)), sort)
             self.functions[name] = fn
         term = fn(*[as_int(i) for i in idx])
-        if not any(term.eq(t) for t in self.applications):
+        if term.get_id() not in self.application_ids:
+            self.application_ids.add(term.get_id())
             self.applications.append(term)
         return term
 

@@ -56,7 +56,7 @@ class Coverage:
         # a counterexample the interpreter can run: at least one block along every grid axis
         s.add(*[as_int(g) >= 1 for g in ctx.grid])
         small = [d <= 512 for d in ctx.dims.values()]
-        r = s.check(*small)
+        r = check_split(s, small)
         if r != z3.sat:
             r = check_split(s)
         if r == z3.unsat:
