@@ -23,6 +23,10 @@ import z3
 
 W = 64
 LIMIT = 1 << 60
+# Translation walks the formula in Python; a large one (a disjunction over every producer of a tile)
+# costs seconds to walk while the integer solver settles it, so past this many distinct subterms the
+# query is left to the integer solver.
+MAX_NODES = 4000
 
 Interval = tuple[int, int]
 
@@ -106,6 +110,8 @@ class _Ranges:
     def __init__(self, atoms: list) -> None:
         self.var: dict[str, Interval] = {}
         self.cache: dict[int, Interval] = {}
+        self.bools: set[int] = set()  # formulas already seen bounded (a DAG: visit each node once)
+        self.visits = 0
         for _ in range(6):  # bounds through bounded terms (b < cdiv(M, 64)) need a few rounds
             before = dict(self.var)
             self.cache = {}
@@ -114,6 +120,12 @@ class _Ranges:
             if before == self.var:
                 break
         self.cache = {}
+        self.visits = 0
+
+    def _count(self) -> None:
+        self.visits += 1
+        if self.visits > MAX_NODES:
+            raise _Refuse
 
     def _update(self, name: str, lo: int | None, hi: int | None) -> None:
         cur_lo, cur_hi = self.var.get(name, (None, None))
@@ -155,6 +167,7 @@ class _Ranges:
         key = e.get_id()
         got = self.cache.get(key)
         if got is None:
+            self._count()
             got = self._of(e)
             if abs(got[0]) >= LIMIT or abs(got[1]) >= LIMIT:
                 raise _Refuse
@@ -213,6 +226,14 @@ class _Ranges:
 
     def of_bool(self, e) -> None:
         """Refuses unless every integer subterm of the formula is bounded."""
+        key = e.get_id()
+        if key in self.bools:
+            return
+        self._count()
+        self._of_bool(e)
+        self.bools.add(key)
+
+    def _of_bool(self, e) -> None:
         if z3.is_true(e) or z3.is_false(e):
             return
         if not z3.is_app(e):
