@@ -414,16 +414,42 @@ def load_into(em: Emitter, name: str, e: ir.Load, tm: TileMap) -> None:
         em.close()
         return
     gv = gview(em, e.ref)
+    v = min(tm.run if gv.contiguous else 1, max(1, 16 // dt.bytes))
     em.open("")
     gb = em.tmp("g")
     em.line(f"const long long {gb} = {gv.base()};")
+    ct = ctype(dt)
+    if v > 1:
+        # runs of v columns in one aligned vector load where the run lies inside the tensor
+        row_stride = em.stride(gv.tensor, gv.row_axis) if gv.row_axis is not None else "0"
+        em.line(f"const bool ag_aligned = (reinterpret_cast<unsigned long long>({gv.ptr}) & {v * dt.bytes - 1}) == 0 "
+                f"&& (((unsigned long long)({gb}) | (unsigned long long)({row_stride})) & {v - 1}) == 0;")
     em.line("#pragma unroll")
-    em.open(f"for (int ag_i = 0; ag_i < {tm.slots}; ++ag_i)")
+    em.open(f"for (int ag_j = 0; ag_j < {tm.slots // v}; ++ag_j)")
+    em.line(f"const int ag_i = ag_j * {v};")
     r, c = _rc(tm, "ag_i")
     em.line(f"const int ag_r = {r}, ag_c = {c};" if gv.row_axis is not None else f"const int ag_c = {c};  // one row")
     off = gv.offset(gb, "ag_r", "ag_c")
-    if e.masked:
-        em.line(f"{name}[ag_i] = ({gv.in_range('ag_r', 'ag_c')}) ? {gv.ptr}[{off}] : {from_compute(dt, '0')};")
+    zero = from_compute(dt, "0")
+    if v > 1:
+        whole = gv.in_range("ag_r", "ag_c", v) if e.masked else "true"
+        em.open(f"if (ag_aligned && {whole})")
+        em.line(f"const ag_vec<{ct}, {v}> ag_w = *reinterpret_cast<const ag_vec<{ct}, {v}>*>({gv.ptr} + {off});")
+        em.line("#pragma unroll")
+        em.line(f"for (int ag_u = 0; ag_u < {v}; ++ag_u) {name}[ag_i + ag_u] = ag_w.v[ag_u];")
+        em.depth -= 1
+        em.open("} else")
+        em.line("#pragma unroll")
+        em.open(f"for (int ag_u = 0; ag_u < {v}; ++ag_u)")
+        off_u = gv.offset(gb, "ag_r", "ag_c + ag_u")
+        if e.masked:
+            em.line(f"{name}[ag_i + ag_u] = ({gv.in_range('ag_r', 'ag_c + ag_u')}) ? {gv.ptr}[{off_u}] : {zero};")
+        else:
+            em.line(f"{name}[ag_i + ag_u] = {gv.ptr}[{off_u}];")
+        em.close()
+        em.close()
+    elif e.masked:
+        em.line(f"{name}[ag_i] = ({gv.in_range('ag_r', 'ag_c')}) ? {gv.ptr}[{off}] : {zero};")
     else:
         em.line(f"{name}[ag_i] = {gv.ptr}[{off}];")
     em.close()

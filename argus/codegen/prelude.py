@@ -177,6 +177,38 @@ template <int N> __device__ __forceinline__ void ag_setmaxnreg_dec() {
 }
 """
 
+ACTIVATIONS = r"""
+// Activation functions, as the interpreter (and torch) define them: accurate expf / erff, no fast paths.
+__device__ __forceinline__ float ag_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ double ag_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ float ag_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ double ag_silu(double x) { return x / (1.0 + exp(-x)); }
+__device__ __forceinline__ float ag_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ double ag_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }
+"""
+
+ARGREDUCE = r"""
+// argmax / argmin: does (v, i) beat (w, j)? NumPy's order: the first index among equals, NaN beats all.
+__device__ __forceinline__ bool ag_arg_better_max(float v, int i, float w, int j) {
+  if (v != v) return w == w || i < j;
+  return w == w && (v > w || (v == w && i < j));
+}
+__device__ __forceinline__ bool ag_arg_better_min(float v, int i, float w, int j) {
+  if (v != v) return w == w || i < j;
+  return w == w && (v < w || (v == w && i < j));
+}
+__device__ __forceinline__ bool ag_arg_better_max(double v, int i, double w, int j) {
+  if (v != v) return w == w || i < j;
+  return w == w && (v > w || (v == w && i < j));
+}
+__device__ __forceinline__ bool ag_arg_better_min(double v, int i, double w, int j) {
+  if (v != v) return w == w || i < j;
+  return w == w && (v < w || (v == w && i < j));
+}
+__device__ __forceinline__ bool ag_arg_better_max(int v, int i, int w, int j) { return v > w || (v == w && i < j); }
+__device__ __forceinline__ bool ag_arg_better_min(int v, int i, int w, int j) { return v < w || (v == w && i < j); }
+"""
+
 GROUPS: tuple[tuple[str, str], ...] = (
     ("cp.async", CP_ASYNC),
     ("mma.sync", MMA_SYNC),
@@ -187,6 +219,8 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("setmaxnreg", SETMAXNREG),
     ("pack", PACK),
     ("ex2", EX2),
+    ("activations", ACTIVATIONS),
+    ("argreduce", ARGREDUCE),
 )
 
 

@@ -40,7 +40,6 @@ row-major order).
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
@@ -55,9 +54,15 @@ from argus.ir.fragments import (
     slice_fragment,
     smem_tile_layout,
     wgmma_block_a_fragment,
-    wgmma_block_fragment,
 )
 from argus.ir.layout import Layout
+from argus.ir.reg_layout import (  # fragment_of, rows_reg_layout: re-exported for older importers
+    blocked_reg_layout,
+    fragment_of,
+    mma_reg_layout,
+    rows_reg_layout,  # noqa: F401
+    slice_layout,
+)
 from argus.ir.swizzle import ComposedLayout, Swizzle, smem_swizzle
 from argus.ir.transform import rewrite, scope_stmts
 
@@ -163,64 +168,14 @@ def _shape2(x) -> tuple[int, int]:
 
 # ---- register tiles ----------------------------------------------------------------------------------
 
-def mma_reg_layout(lay: ir.FragmentLayout, threads: int) -> ir.RegLayout:
-    return ir.RegLayout("mma", lay.tile, threads, lay)
-
-
-def blocked_reg_layout(shape: tuple[int, ...], threads: int, elem_bytes: int = 2) -> ir.RegLayout:
-    """Threads over runs of `vec` elements (up to 16 bytes) of the last axis, row-major."""
-    last = shape[-1] if shape else 1
-    vec = 1
-    while vec * 2 <= max(1, 16 // elem_bytes) and last % (vec * 2) == 0:
-        vec *= 2
-    while vec > 1 and math.prod(shape) // vec < threads:  # small tiles: more threads, shorter runs
-        vec //= 2
-    return ir.RegLayout("blocked", tuple(shape), threads, None, vec)
-
-
-def fragment_of(lay: ir.RegLayout) -> Fragment:
-    """The (thread, slot) -> (row, col) map of a register layout; 1-D tiles are one row (row 0)."""
-    if lay.kind == "mma":
-        f = lay.mma
-        m, n = f.tile
-        if f.instr == "wgmma":
-            return wgmma_block_fragment(m, n, f.warps_m, f.warps_n, instr_n=f.inst_shape[1])
-        return mma_sync_block_fragment("C", m, n, 16, f.warps_m, f.warps_n)
-    if lay.kind == "rows":
-        return slice_fragment(fragment_of(mma_reg_layout(lay.mma, lay.threads)), 0).fragment
-    if lay.kind == "index":
-        return blocked_fragment(ir.RegLayout("blocked", lay.shape, lay.threads, None, 1))
-    return blocked_fragment(lay)
-
-
-def blocked_fragment(lay: ir.RegLayout) -> Fragment:
-    rows, cols = (1, lay.shape[0]) if len(lay.shape) == 1 else lay.shape[-2:]
-    if len(lay.shape) > 2:
-        raise ValueError(f"register tiles have 1 or 2 axes, got {lay.shape}")
-    v, t = lay.vec, lay.threads
-    tpr = math.gcd(cols // v, t)  # threads along a row, each owning runs of v elements
-    rp = t // tpr  # rows covered by one pass of all threads
-    rg = math.gcd(rows, rp)  # distinct rows per pass; rp // rg threads hold each element (replicas)
-    thread_shape = (tpr, rg, rp // rg)
-    slot_shape = (v, cols // (v * tpr), rows // rg)
-    row = Layout((thread_shape, slot_shape), ((0, 1, 0), (0, 0, rg)))
-    col = Layout((thread_shape, slot_shape), ((v, 0, 0), (1, v * tpr, 0)))
-    return Fragment(f"blocked{lay.shape}/{t}x{v}", (rows, cols), row, col)
-
-
-def replicas(lay: ir.RegLayout) -> int:
-    """How many threads hold each element (only the first of them stores it)."""
-    if lay.kind == "mma":
-        return 1
-    return int(fragment_of(lay).count_table().max())
-
-
-def _tile_vars(e, out: set[str]) -> set[str]:
-    """Register-tile variables whose layout must equal the value of `e` (elementwise reach)."""
+def _tile_vars(e, out: set[str], shape: tuple[int, ...] | None = None) -> set[str]:
+    """Register-tile variables whose layout must equal the value of `e` (elementwise reach); with
+    `shape`, only those of that shape (a 1-D tile broadcast into a 2-D value has a layout of its own)."""
     if isinstance(e, ir.Var) and isinstance(e.type, TileT):
-        out.add(e.name)
+        if shape is None or tuple(e.type.shape) == tuple(shape):
+            out.add(e.name)
     elif isinstance(e, ir.Mma):
-        _tile_vars(e.acc, out)  # the a / b operands have operand layouts of their own
+        _tile_vars(e.acc, out, shape)  # the a / b operands have operand layouts of their own
     elif isinstance(e, (ir.Reduce, ir.Reshape, ir.Transpose, ir.Lambda, ir.ElemTag)):
         pass  # the shape changes: not the same layout
     elif isinstance(e, ir.Expr):
@@ -229,8 +184,13 @@ def _tile_vars(e, out: set[str]) -> set[str]:
                 v = getattr(e, f.name)
                 for x in v if isinstance(v, tuple) else (v,):
                     if isinstance(x, ir.Expr):
-                        _tile_vars(x, out)
+                        _tile_vars(x, out, shape)
     return out
+
+
+def aligned_vars(e: ir.Expr) -> set[str]:
+    """The register tiles an elementwise value `e` reads at its own shape (they share its layout)."""
+    return _tile_vars(e, set(), tuple(e.type.shape)) if isinstance(e.type, TileT) else set()
 
 
 def _mma_of(e) -> ir.Mma | None:
@@ -296,14 +256,15 @@ def _reach(e, out: list) -> list:
 
 
 def _stmt_value(s):
-    value = s.value if isinstance(s, (ir.Let, ir.Store)) else s.src if isinstance(s, ir.Copy) else None
+    value = s.value if isinstance(s, (ir.Let, ir.Store, ir.AtomicAdd)) else s.src if isinstance(s, ir.Copy) else None
     if not isinstance(getattr(value, "type", None), TileT) or isinstance(value, ir.Ref):
         return None
     return value
 
 
 def _build_groups(body: tuple[ir.Stmt, ...]) -> tuple[_Groups, dict[int, str]]:
-    """Union the register tiles of one scope that share a layout; id(stmt) -> a name in its group."""
+    """Union the register tiles of one scope that share a layout; id(stmt) -> a name in its group.
+    The operand of a reduction, broadcast or transpose is a value of its own: its tiles share a layout."""
     g = _Groups()
     keys: dict[int, str] = {}
     anon = 0
@@ -311,7 +272,7 @@ def _build_groups(body: tuple[ir.Stmt, ...]) -> tuple[_Groups, dict[int, str]]:
         value = _stmt_value(s)
         if value is None:
             continue
-        names = sorted(_tile_vars(value, set()))
+        names = sorted(aligned_vars(value))
         if isinstance(s, ir.Let):
             names = [s.name, *names]
         else:
@@ -320,6 +281,10 @@ def _build_groups(body: tuple[ir.Stmt, ...]) -> tuple[_Groups, dict[int, str]]:
         root = g.union(names)
         keys[id(s)] = names[0]
         g.note(root, value.type.shape, value.type.dtype.bytes)
+        for node in _nodes_in(value, []):
+            inner = node.x if isinstance(node, (ir.Reduce, ir.Reshape, ir.Transpose)) else None
+            if isinstance(getattr(inner, "type", None), TileT):
+                g.union(sorted(aligned_vars(inner)))
     return g, keys
 
 
@@ -358,22 +323,6 @@ def _whole_row_names(body: tuple[ir.Stmt, ...]) -> set[str]:
     return {n for n in g.parent if g.find(n) in marked}
 
 
-def rows_reg_layout(lay: ir.RegLayout) -> ir.RegLayout | None:
-    """The rows of an mma-fragment tile as a 1-D register tile ("rows": each thread holds the rows it
-    owns in the fragment), or None when threads of several warps share a row. Canonical: the same for
-    every mma with the same split of M (the fragment's columns do not matter)."""
-    if lay.kind != "mma" or lay.mma is None:
-        return None
-    f = lay.mma
-    n0 = 8 * f.warps_n
-    canon = ir.FragmentLayout(f.instr, (f.tile[0], n0), f.warps_m, f.warps_n, (f.inst_shape[0], 8, f.inst_shape[2]))
-    try:
-        slice_fragment(fragment_of(mma_reg_layout(canon, lay.threads)), 0)
-    except ValueError:
-        return None
-    return ir.RegLayout("rows", (f.tile[0],), lay.threads, canon)
-
-
 def rows_slice(lay: ir.RegLayout) -> Slice:
     """The Slice (fragments.slice_fragment) of the rows of an mma-fragment tile; ValueError if none."""
     if lay.kind != "mma":
@@ -387,7 +336,7 @@ _INDEX_NODES = (ir.Arange, ir.Full, ir.Const, ir.Special, ir.Bin, ir.Un, ir.Cmp,
 def _index_pure(e, index_names: set[str]) -> bool:
     """`e` is computed from arange, constants and scalars only (an index tile: no registers needed)."""
     if isinstance(e, ir.Math):
-        return e.fn not in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt") and \
+        return e.fn in ("abs", "min", "max", "cdiv", "cast") and \
             all(_index_pure(a, index_names) for a in e.args)
     if not isinstance(e, _INDEX_NODES):
         return False
@@ -429,48 +378,32 @@ def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...
             g.fix(g.find(keys[id(s)]), mma_reg_layout(mma.layout, threads))
     index = _index_groups(body, g)
 
-    def group_layout(root: str) -> ir.RegLayout | None:
-        return g.fixed.get(root) if root in g.fixed else None
-
-    # 1-D tiles tied to the rows of an mma fragment: results of row reductions, broadcast row vectors
-    rows: dict[str, ir.RegLayout | None] = {}
-
-    def tie(root: str, lay: ir.RegLayout | None) -> None:
-        if root in index or root in g.fixed or lay is None:
-            return
-        if root in rows and rows[root] != lay:
-            rows[root] = None
-        else:
-            rows[root] = lay
-
-    for s in scope_stmts(body):
-        value = _stmt_value(s)
-        if value is None:
-            continue
-        here = group_layout(g.find(keys[id(s)]))
-        for node in _reach(value, []):
-            if isinstance(node, ir.Reduce) and len(node.x.type.shape) == 2 and node.axis == 1 \
-                    and len(value.type.shape) == 1:
-                src = {group_layout(g.find(n)) for n in _tile_vars(node.x, set())}
-                if len(src) == 1:
-                    (lay,) = src
-                    tie(g.find(keys[id(s)]), rows_reg_layout(lay) if lay is not None else None)
-            if isinstance(node, ir.Reshape) and len(node.type.shape) == 2 and node.type.shape[1] == 1 \
-                    and here is not None:
-                for n in _tile_vars(node.x, set()):
-                    tie(g.find(n), rows_reg_layout(here))
+    # 2-D tiles: an mma fragment, else blocked; 1-D tiles: from the tiles they are tied to (below)
+    decided: dict[str, ir.RegLayout | None] = {}
+    for root, (shape, nbytes) in g.shape.items():
+        if root in g.fixed:
+            decided[root] = g.fixed[root]
+        elif root in index:
+            decided[root] = ir.RegLayout("index", tuple(shape), threads)
+        elif len(shape) != 1:
+            decided[root] = blocked_reg_layout(shape, threads, nbytes)
+    while True:  # a tie may need another 1-D tile's layout: rounds settle chains
+        ties = _ties(body, g, keys, decided, threads)
+        new = {root: min(lst, key=lambda t: t[0])[1] for root, lst in ties.items() if root not in decided}
+        if not new:  # what nothing ties (loaded vectors, say) is blocked; that may tie others
+            new = {root: blocked_reg_layout(shape, threads, nbytes) for root, (shape, nbytes) in g.shape.items()
+                   if root not in decided}
+        if not new:
+            break
+        decided.update(new)
 
     def layout_of(s) -> ir.RegLayout | None:
         if id(s) not in keys:
             return None
         root = g.find(keys[id(s)])
-        if root in g.fixed:
-            return g.fixed[root]
+        if root in decided:
+            return decided[root]
         shape, nbytes = g.shape[root]
-        if root in index:
-            return ir.RegLayout("index", tuple(shape), threads)
-        if rows.get(root) is not None:
-            return rows[root]
         return blocked_reg_layout(shape, threads, nbytes)
 
     def fix(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
@@ -487,6 +420,98 @@ def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...
         return tuple(out)
 
     return fix(body)
+
+
+def operand_layout(e: ir.Expr, layout_of_var, threads: int) -> ir.RegLayout:
+    """The layout the operand `e` of a reduction is computed in: that of its tiles (the first, when
+    they disagree: the others are converted), else (loads, aranges) the blocked layout of its shape."""
+    for name in sorted(aligned_vars(e)):
+        lay = layout_of_var(name)
+        if lay is not None and lay.kind != "index":
+            return lay
+    return blocked_reg_layout(tuple(e.type.shape), threads, _value_bytes(e))
+
+
+def _value_bytes(e: ir.Expr) -> int:
+    """Smallest element size among the loads and tiles of `e` (what vectorised accesses are sized by)."""
+    sizes = [x.type.dtype.bytes for x in _nodes_in(e, []) if isinstance(x, (ir.Load, ir.Var))
+             and isinstance(x.type, TileT)]
+    return min(sizes, default=e.type.dtype.bytes)
+
+
+def reduce_result_layout(operand: ir.RegLayout, r: ir.Reduce) -> ir.RegLayout:
+    """Where `op(x, axis=a)` lands when x is held in `operand`: the slice of the kept axis (a 1-D x
+    is one row: its reduction is one element every thread holds)."""
+    if len(operand.shape) == 1:
+        return slice_layout(operand, 0)
+    return slice_layout(operand, 1 - r.axis)
+
+
+def broadcast_keep(src: tuple[int, ...], dst: tuple[int, ...]) -> int | None:
+    """The axis of a 2-D tile of shape `dst` that a 1-D tile of shape `src` runs along when broadcast
+    into it (x[:, None]: 0; x[None, :] or numpy's trailing alignment: 1), or None."""
+    if len(src) != 1 or len(dst) != 2:
+        return None
+    return 1 if src[0] == dst[1] and dst[1] != 1 else 0 if src[0] == dst[0] else None
+
+
+def _ties(body, g: _Groups, keys: dict[int, str], decided: dict, threads: int) -> dict[str, list]:
+    """1-D groups tied to the layout of a 2-D tile: (priority, layout) per root. A reduction's result
+    (priority 0) lands in the slice of its operand's layout; a vector broadcast into a 2-D value
+    (priority 1) is wanted in the slice of that value's layout. Reads in another layout convert."""
+    ties: dict[str, list] = {}
+
+    def lay_var(name: str):
+        return decided.get(g.find(name))
+
+    def tie(root: str | None, prio: int, lay: ir.RegLayout | None) -> None:
+        if root is None or lay is None or root in decided:
+            return
+        ties.setdefault(root, []).append((prio, lay))
+
+    def walk(e, ctx: ir.RegLayout | None, root: str | None) -> None:
+        if not isinstance(e, ir.Expr) or isinstance(e, (ir.Lambda, ir.ElemTag)):
+            return
+        if isinstance(e, ir.Reduce):
+            inner = sorted(aligned_vars(e.x))
+            known = [n for n in inner if lay_var(n) is not None]
+            lx = operand_layout(e.x, lay_var, threads) if known or not inner else None
+            if lx is not None and root is not None and tuple(e.type.shape) == tuple(g.shape[root][0]):
+                tie(root, 0, reduce_result_layout(lx, e))
+            walk(e.x, lx, g.find(inner[0]) if inner else None)
+            return
+        if isinstance(e, ir.Reshape):
+            keep = broadcast_keep(tuple(e.x.type.shape), tuple(e.type.shape)) if isinstance(e.x.type, TileT) else None
+            inner = slice_layout(ctx, keep) if ctx is not None and keep is not None and len(ctx.shape) == 2 else None
+            names = sorted(aligned_vars(e.x)) if isinstance(e.x.type, TileT) else []
+            for n in names:
+                tie(g.find(n), 1, inner)
+            walk(e.x, inner, g.find(names[0]) if names else None)
+            return
+        if isinstance(e, ir.Var) and isinstance(e.type, TileT) and ctx is not None:
+            keep = broadcast_keep(tuple(e.type.shape), tuple(ctx.shape))
+            if keep is not None and len(ctx.shape) == 2:
+                tie(g.find(e.name), 1, slice_layout(ctx, keep))
+            return
+        if isinstance(e, ir.Transpose):
+            walk(e.x, None, None)
+            return
+        if isinstance(e, ir.Mma):
+            walk(e.acc, ctx, root)
+            return
+        for f in dataclasses.fields(e):
+            if f.name not in ("span", "type"):
+                v = getattr(e, f.name)
+                for x in v if isinstance(v, tuple) else (v,):
+                    walk(x, ctx, root)
+
+    for s in scope_stmts(body):
+        value = _stmt_value(s)
+        if value is None:
+            continue
+        root = g.find(keys[id(s)])
+        walk(value, decided.get(root), root)
+    return ties
 
 
 def register_a_fragment(m: ir.Mma) -> Fragment:
