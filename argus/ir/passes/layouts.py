@@ -206,6 +206,7 @@ class _Groups:
         self.parent: dict[str, str] = {}
         self.fixed: dict[str, ir.RegLayout | None] = {}  # root -> mma layout (None: conflicting)
         self.shape: dict[str, tuple[tuple[int, ...], int]] = {}  # root -> (shape, smallest element bytes)
+        self.columns: set[str] = set()  # roots read from a transposed shared view: one element per thread
 
     def find(self, x: str) -> str:
         self.parent.setdefault(x, x)
@@ -226,6 +227,9 @@ class _Groups:
                     self.fix(root, self.fixed.pop(r))
                 if r in self.shape:
                     self.note(root, *self.shape.pop(r))
+                if r in self.columns:
+                    self.columns.discard(r)
+                    self.columns.add(root)
         return root
 
     def fix(self, root: str, lay: ir.RegLayout | None) -> None:
@@ -281,6 +285,13 @@ def _build_groups(body: tuple[ir.Stmt, ...]) -> tuple[_Groups, dict[int, str]]:
         root = g.union(names)
         keys[id(s)] = names[0]
         g.note(root, value.type.shape, value.type.dtype.bytes)
+        inner = value
+        while isinstance(inner, ir.Tag):
+            inner = inner.x
+        if isinstance(inner, ir.Load) and inner.ref.space == "shared" and inner.ref.transposed:
+            # consecutive threads on consecutive rows of the buffer: with an odd word pitch (a padded
+            # layout) a warp's reads of a column hit 32 different banks
+            g.columns.add(root)
         for node in _nodes_in(value, []):
             inner = node.x if isinstance(node, (ir.Reduce, ir.Reshape, ir.Transpose)) else None
             if isinstance(getattr(inner, "type", None), TileT):
@@ -386,7 +397,7 @@ def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...
         elif root in index:
             decided[root] = ir.RegLayout("index", tuple(shape), threads)
         elif len(shape) != 1:
-            decided[root] = blocked_reg_layout(shape, threads, nbytes)
+            decided[root] = blocked_reg_layout(shape, threads, 16 if root in g.columns else nbytes)
     while True:  # a tie may need another 1-D tile's layout: rounds settle chains
         ties = _ties(body, g, keys, decided, threads)
         new = {root: min(lst, key=lambda t: t[0])[1] for root, lst in ties.items() if root not in decided}
