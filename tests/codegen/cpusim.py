@@ -118,9 +118,11 @@ def run(kernel: ir.Kernel, arrays: dict[str, np.ndarray], dims: dict[str, int],
     return gk
 
 
-def check(kernel: ir.Kernel, defines: dict[str, object], seed: int = 0, **generate_options) -> list:
+def check(kernel: ir.Kernel, defines: dict[str, object], seed: int = 0, criteria: dict | None = None,
+          **generate_options) -> list:
     """Run on fresh random inputs (outputs poisoned) and compare every output with the reference in
-    float64; returns the OutputChecks (argus.interp.run.compare)."""
+    float64; returns the OutputChecks (argus.interp.run.compare). `criteria`: output -> the dtype whose
+    tolerance applies (an fp32 output computed through a bf16 operand is held to bf16's)."""
     from argus.dsl.reference import evaluate_reference
     from argus.interp.run import compare, make_arrays, reference_env, resolve_dims, resolve_scalars
 
@@ -130,4 +132,5 @@ def check(kernel: ir.Kernel, defines: dict[str, object], seed: int = 0, **genera
     env = reference_env(kernel, arrays, dims, scalars)
     run(kernel, arrays, dims, scalars, **generate_options)
     ref = evaluate_reference(kernel.reference, env)
-    return [compare(o, arrays[o], ref[o], kernel.tensor(o).dtype) for o in kernel.outputs]
+    criteria = criteria or {}
+    return [compare(o, arrays[o], ref[o], criteria.get(o, kernel.tensor(o).dtype)) for o in kernel.outputs]

@@ -5,7 +5,8 @@ ways, transposes, stores into shared memory, atomics) is applied to a tile held 
 a blocked tile (a load), an mma.sync and a wgmma accumulator fragment, the rows of a fragment (a row
 reduction), and a vector broadcast into a tile. Each kernel must lower, generate and compile for sm_90a
 (and sm_80 when it uses no sm_90a instruction). Kernels without inline PTX also run on the CPU
-(tests/codegen/cpusim.py) against their reference; the others run in tests/runtime/test_ops_gpu.py.
+(tests/codegen/cpusim.py, which emulates cp.async, ldmatrix and mma.sync too) against their reference;
+every one runs on the GPU in tests/runtime/test_ops_gpu.py.
 """
 
 from __future__ import annotations
@@ -105,13 +106,17 @@ def test_construct_builds(layout: str, construct: str) -> None:
         assert build(k, arch="sm_80").result.cubin[:4] == b"\x7fELF"
 
 
+CPU_CASES = [(lay, c) for lay in ("blocked", "mma.sync") for c in CONSTRUCTS]
+
+
 @pytest.mark.skipif(not cpusim.available(), reason="needs g++")
-@pytest.mark.parametrize("construct", list(CONSTRUCTS))
-def test_construct_runs_on_the_cpu(construct: str) -> None:
-    """The blocked versions have no inline PTX: run the generated code, compare with the reference."""
-    src = kernel_source("blocked", construct)
-    k = build_kernel(parse(src, f"blocked_{construct}.arg").kernels[0], {})
+@pytest.mark.parametrize(("layout", "construct"), CPU_CASES, ids=[f"{a}-{b}" for a, b in CPU_CASES])
+def test_construct_runs_on_the_cpu(layout: str, construct: str) -> None:
+    """The blocked and mma.sync versions run on the CPU emulation: compare with the reference."""
+    src = kernel_source(layout, construct)
+    k = build_kernel(parse(src, f"{layout}_{construct}.arg").kernels[0], {})
     whole = "axis0" in construct or "col_stats" in construct  # one block holds every row it reduces
-    for dims in ({"M": 64, "N": 64},) if whole else ({"M": 150, "N": 64}, {"M": 64, "N": 64}):
-        for c in cpusim.check(k, dims, seed=3):
+    shapes = ({"M": 64, "N": 64, "K": 32},) if whole else ({"M": 150, "N": 64, "K": 32}, {"M": 64, "N": 64, "K": 40})
+    for dims in shapes:
+        for c in cpusim.check(k, {d: v for d, v in dims.items() if d in k.dims}, seed=3):
             assert c.ok, c.describe()
