@@ -5,7 +5,7 @@
     python3 benchmarks/bench_ops.py --ops softmax,rmsnorm --iters 10 --md -
 
 Ops: softmax (whole rows; rows longer than a block through softmax_stats + softmax_normalize), rmsnorm,
-layernorm, transpose, rope, gemm_bias_gelu (examples/gemm_epilogue.arg), bmm, linear (x @ W.T),
+layernorm, transpose, rope, gemm_bias_gelu (examples/gemm_epilogue.arg), bmm, linear (x @ W.T), gemm_fp8,
 decode attention (split-KV decode_split + decode_combine) and split-K GEMM (gemm_splitk + splitk_reduce);
 each against torch eager and, where it applies, torch.compile of the same torch code.
 
@@ -324,6 +324,34 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def fp8_gemm_case(m: int, n: int, k_: int) -> Case:
+    """e4m3 A [M, K] and B [N, K] with per-tensor scales, bf16 out, vs torch._scaled_mm (cuBLASLt)."""
+    import torch
+
+    k = kernel("gemm_fp8.arg", "gemm_fp8")
+    sa, sb = 0.5, 0.25
+
+    def make():
+        return {"A": randn(m, k_, dtype=torch.float8_e4m3fn), "B": randn(n, k_, dtype=torch.float8_e4m3fn),
+                "C": torch.empty(m, n, device="cuda", dtype=torch.bfloat16)}
+
+    one = {"a": torch.tensor(sa, device="cuda"), "b": torch.tensor(sb, device="cuda")}
+
+    def scaled_mm(s):
+        return torch._scaled_mm(s["A"], s["B"].t(), scale_a=one["a"], scale_b=one["b"], out_dtype=torch.bfloat16)
+
+    def check():
+        s = make()
+        s["C"].fill_(float("nan"))
+        k(**s, scale_a=sa, scale_b=sb)
+        torch.cuda.synchronize()
+        return [compare("C", s["C"], (s["A"].double() @ s["B"].double().t()) * (sa * sb))]
+
+    sets = rotate(make, m * k_ + k_ * n + 2.0 * m * n)
+    return Case(f"{m}x{n}x{k_}", [k.prepare(**s, scale_a=sa, scale_b=sb) for s in sets],
+                [lambda s=s: scaled_mm(s) for s in sets], check, flops=2.0 * m * n * k_)
+
+
 def decode_case(b: int, h: int, hkv: int, skv: int, d: int = 128) -> Case:
     """Split-KV decode (one query per head) vs torch SDPA; the splits give >= 2 blocks per SM."""
     import torch
@@ -413,6 +441,8 @@ OPS: dict[str, tuple[str, Callable[..., Case], list[tuple]]] = {
             [(16, 2048, 2048, 2048), (64, 1024, 1024, 1024), (8, 4096, 4096, 1024)]),
     "linear": ("x @ W.T (examples/linear.arg) vs F.linear", linear_case,
                [(4096, 4096, 4096), (8192, 14336, 4096), (16, 8192, 8192)]),
+    "gemm_fp8": ("FP8 GEMM (examples/gemm_fp8.arg) vs torch._scaled_mm", fp8_gemm_case,
+                 [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 14336, 4096)]),
     "decode": ("split-KV decode attention (examples/decode_attention.arg) vs SDPA", decode_case,
                [(8, 32, 8, 8192), (1, 64, 8, 32768), (32, 32, 8, 2048)]),
     "splitk": ("split-K GEMM (examples/splitk.arg) vs torch.matmul", splitk_case,

@@ -259,7 +259,8 @@ class Emitter(Expressions):
                         f"at most {MAX_SMEM} B", k.span)
         if self.uses_wgmma or "tma" in self.features:
             self.sm = max(self.sm, 90)
-        min_sm = 90 if self.features & {"wgmma", "tma", "mbarrier", "setmaxnreg", "proxy-fence"} else 80
+        # (8-bit mma.sync exists from sm_89; built, like the rest, for sm_90a)
+        min_sm = 90 if self.features & {"wgmma", "tma", "mbarrier", "setmaxnreg", "proxy-fence", "mma.sync.fp8"} else 80
         sig_params = list(self.params) + [
             ParamSpec("tmap", f"ag_tm{i}", "const __grid_constant__ AgTmaMap", t.tensor, tmap=i)
             for i, t in enumerate(self.tmaps)]

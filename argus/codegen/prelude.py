@@ -72,6 +72,20 @@ AG_MMA_M16N8K16(ag_mma_m16n8k16_bf16, "bf16")
 AG_MMA_M16N8K16(ag_mma_m16n8k16_f16, "f16")
 """
 
+MMA_SYNC_FP8 = r"""
+// d (16x8 f32) += a (16x32 fp8) @ b (32x8 fp8), both K-major (sm_89+); the registers hold bytes where the
+// 16-bit form holds pairs, so ldmatrix (non-transposed) loads them as it loads bf16.
+#define AG_MMA_M16N8K32(NAME, AB)                                                                          \
+  __device__ __forceinline__ void NAME(float* d, const ag_u32 (&a)[4], const ag_u32 (&b)[2]) {             \
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." AB "." AB ".f32 "                                \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                          \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                          \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                      \
+  }
+AG_MMA_M16N8K32(ag_mma_m16n8k32_e4m3, "e4m3")
+AG_MMA_M16N8K32(ag_mma_m16n8k32_e5m2, "e5m2")
+"""
+
 WGMMA = r"""
 // wgmma shared-memory matrix descriptor: start, leading / stride byte offsets (>> 4), swizzle mode.
 __device__ __forceinline__ ag_u64 ag_wgmma_desc(ag_u32 addr, ag_u32 lbo, ag_u32 sbo, ag_u32 mode) {
@@ -212,6 +226,7 @@ __device__ __forceinline__ bool ag_arg_better_min(int v, int i, int w, int j) { 
 GROUPS: tuple[tuple[str, str], ...] = (
     ("cp.async", CP_ASYNC),
     ("mma.sync", MMA_SYNC),
+    ("mma.sync.fp8", MMA_SYNC_FP8),
     ("wgmma", WGMMA),
     ("proxy-fence", PROXY_FENCE),
     ("mbarrier", MBARRIER),
@@ -235,6 +250,25 @@ def wgmma_function(n: int, ab: str, trans_a: int, trans_b: int) -> tuple[str, st
         f'  asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
         f'               " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} "\n'
         f'               "{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1, {trans_a}, {trans_b};\\n}}\\n"\n'
+        f"               : {outs}\n"
+        f'               : "l"(da), "l"(db), "r"(1));\n'
+        "}\n"
+    )
+    return name, body
+
+
+def wgmma_fp8_function(n: int, ab: str) -> tuple[str, str]:
+    """(name, definition) of one wgmma.m64nNk32 f32 += ab*ab for 8-bit `ab` (e4m3 / e5m2), both operands
+    K-major from descriptors (8-bit wgmma has no transpose operands)."""
+    name = f"ag_wgmma_m64n{n}k32_{ab}"
+    regs = n // 2
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    dlist = ", ".join(f"%{i}" for i in range(regs))
+    body = (
+        f"__device__ __forceinline__ void {name}(float* d, ag_u64 da, ag_u64 db) {{\n"
+        f'  asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
+        f'               " wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{ab}.{ab} "\n'
+        f'               "{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1;\\n}}\\n"\n'
         f"               : {outs}\n"
         f'               : "l"(da), "l"(db), "r"(1));\n'
         "}\n"

@@ -52,6 +52,9 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
 static inline float __half2float(__half v) { _Float16 h; std::memcpy(&h, &v.x, 2); return (float)h; }
 static inline __half __float2half_rn(float f) { _Float16 h = (_Float16)f; __half v; std::memcpy(&v.x, &h, 2); return v; }
 
+struct __nv_fp8_e4m3 { uint8_t x; };  // storage only here (the fp8 mma decodes the bytes itself)
+struct __nv_fp8_e5m2 { uint8_t x; };
+
 // ---- math: CUDA's overloads ----
 static inline float max(float a, float b) { return fmaxf(a, b); }
 static inline float min(float a, float b) { return fminf(a, b); }
@@ -190,6 +193,43 @@ static inline void ag_mma_m16n8k16(float* d, const uint32_t (&a)[4], const uint3
   }
   ag_retire();
   for (int j = 0; j < 4; ++j) d[j] = out[j];
+}
+// 8-bit floats: e4m3 (bias 7, no infinities, 0x7f / 0xff NaN) and e5m2 (bias 15, IEEE-like)
+static inline float ag_fp8(uint32_t b, bool e4m3) {
+  int s = (b >> 7) & 1, e = e4m3 ? (b >> 3) & 15 : (b >> 2) & 31, m = e4m3 ? b & 7 : b & 3;
+  int mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  float v;
+  if (e4m3 && e == 15 && m == 7) v = NAN;
+  else if (!e4m3 && e == 31) v = m ? NAN : INFINITY;
+  else if (e == 0) v = ldexpf((float)m, 1 - bias - mbits);
+  else v = ldexpf((float)(m | (1 << mbits)), e - bias - mbits);
+  return s ? -v : v;
+}
+// m16n8k32, 8-bit: A register r of lane (g, t) holds row g + 8 (r % 2), k 16 (r / 2) + 4t .. +3; B register
+// r holds k 16 r + 4t .. +3 of column g; bytes low first.
+static inline void ag_mma_m16n8k32(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2], bool e4m3) {
+  uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  const uint32_t* tab = ag_publish(6, mine);
+  int l = ag_cpu_tid() % 32, g = l / 4, t = l % 4;
+  float out[4];
+  for (int j = 0; j < 4; ++j) {
+    int row = g + 8 * (j / 2), col = 2 * t + (j % 2);
+    float acc = d[j];
+    for (int k = 0; k < 32; ++k) {
+      uint32_t ar = tab[((row % 8) * 4 + (k % 16) / 4) * 12 + (row / 8) + 2 * (k / 16)];
+      uint32_t br = tab[(col * 4 + (k % 16) / 4) * 12 + 4 + k / 16];
+      acc += ag_fp8((ar >> (8 * (k % 4))) & 255, e4m3) * ag_fp8((br >> (8 * (k % 4))) & 255, e4m3);
+    }
+    out[j] = acc;
+  }
+  ag_retire();
+  for (int j = 0; j < 4; ++j) d[j] = out[j];
+}
+static inline void ag_mma_m16n8k32_e4m3(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  ag_mma_m16n8k32(d, a, b, true);
+}
+static inline void ag_mma_m16n8k32_e5m2(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  ag_mma_m16n8k32(d, a, b, false);
 }
 static inline void ag_mma_m16n8k16_bf16(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   ag_mma_m16n8k16(d, a, b, true);

@@ -27,7 +27,7 @@ from argus.ir import nodes as ir
 
 HERE = Path(__file__).resolve().parent
 PLAIN = {"activations": ACTIVATIONS, "argreduce": ARGREDUCE}  # prelude groups that are plain C++
-SHIMMED = {"ex2", "atomics", "cp.async", "mma.sync", "pack"}  # provided by cpusim.h
+SHIMMED = {"ex2", "atomics", "cp.async", "mma.sync", "mma.sync.fp8", "pack"}  # provided by cpusim.h
 CACHE = Path(tempfile.gettempdir()) / "argus-cpusim"
 
 
@@ -73,6 +73,11 @@ def _device_array(a: np.ndarray, dtype) -> np.ndarray:
         return np.ascontiguousarray((np.asarray(a, np.float32).view(np.uint32) >> 16).astype(np.uint16))
     if dtype.name == "f16":
         return np.ascontiguousarray(np.asarray(a, np.float16))
+    if dtype.name in ("f8e4m3", "f8e5m2"):  # the bytes: NumPy has no fp8, torch does
+        import torch
+
+        t = {"f8e4m3": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2}[dtype.name]
+        return torch.from_numpy(np.ascontiguousarray(a, np.float32)).to(t).view(torch.uint8).numpy()
     return np.ascontiguousarray(a)
 
 

@@ -103,3 +103,36 @@ def test_gemm_epilogue_mma_sync_runs_on_the_cpu(act: str, b_nk: bool) -> None:
         refact={"gelu": "gelu(H)", "silu": "silu(H)", "none": "H"}[act])
     k = build_kernel(parse(src, "epilogue.arg").kernels[0], {})
     _check(k, {"M": 100, "N": 136, "K": 72}, seed=1)
+
+
+FP8_MMA_SYNC = """
+kernel g8(A: f8e4m3[M, K], B: f8e4m3[N, K], C: bf16[M, N], scale: f32 = 0.5):
+    param BM = 64
+    param BN = 64
+    param BK = 64
+    param STAGES = 2
+    launch grid=(cdiv(M, BM), cdiv(N, BN)), threads=128
+    assume(K % 16 == 0)
+    bm = block_id(0)
+    bn = block_id(1)
+    a_s = shared(f8e4m3[STAGES, BM, BK])
+    b_s = shared(f8e4m3[STAGES, BN, BK])
+    acc = zeros(f32[BM, BN])
+    for k in pipeline(cdiv(K, BK), stages=STAGES):
+        s = k % STAGES
+        copy_async(a_s[s], A[bm * BM : +BM, k * BK : +BK])
+        copy_async(b_s[s], B[bn * BN : +BN, k * BK : +BK])
+        wait_async(a_s[s], b_s[s])
+        acc = mma(a_s[s], b_s[s].T, acc, instr="mma.sync")
+    store(C[bm * BM : +BM, bn * BN : +BN], cast(acc * scale, bf16))
+reference:
+    C = (A @ transpose(B)) * scale
+"""
+
+
+def test_fp8_gemm_mma_sync_runs_on_the_cpu() -> None:
+    """An 8-bit mma.sync (m16n8k32 e4m3, both operands K-major through ldmatrix), the fp8 main loop the
+    emulator can run (examples/gemm_fp8.arg uses TMA + wgmma: tests/runtime/test_ops_gpu.py)."""
+    pytest.importorskip("torch")
+    k = build_kernel(parse(FP8_MMA_SYNC, "fp8.arg").kernels[0], {})
+    _check(k, {"M": 100, "N": 136, "K": 144}, seed=2)

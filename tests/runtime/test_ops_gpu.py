@@ -83,6 +83,8 @@ CASES = [
     ("bmm.arg", "bmm", {"BN": 128}, {"BATCH": 2, "M": 129, "N": 264, "K": 520}),
     ("linear.arg", "linear", {}, {"M": 200, "N": 136, "K": 72}),
     ("linear.arg", "linear", {}, {"M": 129, "N": 296, "K": 520}),
+    ("gemm_fp8.arg", "gemm_fp8", {}, {"M": 200, "N": 136, "K": 144}),
+    ("gemm_fp8.arg", "gemm_fp8", {"BM": 64, "BN": 128, "CONSUMERS": 1}, {"M": 129, "N": 264, "K": 528}),
     ("decode_attention.arg", "decode_combine", {}, {"B": 2, "H": 3, "NS": 5, "D": 128}),
     ("splitk.arg", "gemm_splitk", {"KCHUNK": 256}, {"SPLITS": 4, "M": 200, "N": 136, "K": 1000}),
     ("splitk.arg", "splitk_reduce", {}, {"SPLITS": 3, "M": 40, "N": 300}),

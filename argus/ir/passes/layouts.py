@@ -71,11 +71,12 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _mma_sync_layout(m: int, n: int, k: int, threads: int, span, whole_rows: bool = False) -> ir.FragmentLayout:
+def _mma_sync_layout(m: int, n: int, k: int, threads: int, span, whole_rows: bool = False,
+                     kstep: int = 16) -> ir.FragmentLayout:
     warps = threads // 32
-    if m % 16 or n % 8 or k % 16:
-        raise error("mma-shape", f"mma.sync m16n8k16 cannot tile [{m}, {k}] @ [{k}, {n}]", span,
-                    "M must be a multiple of 16, N of 8 and K of 16")
+    if m % 16 or n % 8 or k % kstep:
+        raise error("mma-shape", f"mma.sync m16n8k{kstep} cannot tile [{m}, {k}] @ [{k}, {n}]", span,
+                    f"M must be a multiple of 16, N of 8 and K of {kstep}")
     best = None
     for wm in _divisors(warps):
         wn = warps // wm
@@ -92,11 +93,11 @@ def _mma_sync_layout(m: int, n: int, k: int, threads: int, span, whole_rows: boo
     if best is None:
         raise error("mma-shape", f"{warps} warps cannot split a {m}x{n} mma.sync tile evenly", span,
                     "change the tile or the thread count so each warp gets a multiple of 16x8")
-    return ir.FragmentLayout("mma.sync", (m, n), best[1], best[2], (16, 8, 16))
+    return ir.FragmentLayout("mma.sync", (m, n), best[1], best[2], (16, 8, kstep))
 
 
 def _wgmma_layout(m: int, n: int, k: int, threads: int, b_in_regs: bool, span,
-                  whole_rows: bool = False) -> ir.FragmentLayout:
+                  whole_rows: bool = False, kstep: int = 16) -> ir.FragmentLayout:
     if threads % 128:
         raise error("mma-shape", f"wgmma needs whole warpgroups (128 threads); this block has {threads}", span,
                     "launch with warpgroups=N or threads a multiple of 128")
@@ -104,8 +105,8 @@ def _wgmma_layout(m: int, n: int, k: int, threads: int, b_in_regs: bool, span,
         raise error("mma-shape", "wgmma reads its B operand from shared memory, not registers", span,
                     "keep B in a shared buffer, or use instr=\"mma.sync\"")
     groups = threads // 128
-    if k % 16:
-        raise error("mma-shape", f"wgmma k16 cannot tile K={k}", span, "K must be a multiple of 16")
+    if k % kstep:
+        raise error("mma-shape", f"wgmma k{kstep} cannot tile K={k}", span, f"K must be a multiple of {kstep}")
     if m % (64 * groups) == 0:
         gm, gn = groups, 1
     elif whole_rows:
@@ -121,7 +122,7 @@ def _wgmma_layout(m: int, n: int, k: int, threads: int, b_in_regs: bool, span,
     if per_n % 8:
         raise error("mma-shape", f"wgmma N={per_n} per warpgroup must be a multiple of 8", span)
     inst_n = max(d for d in range(8, min(per_n, 256) + 1, 8) if per_n % d == 0)
-    return ir.FragmentLayout("wgmma", (m, n), gm, gn, (64, inst_n, 16))
+    return ir.FragmentLayout("wgmma", (m, n), gm, gn, (64, inst_n, kstep))
 
 
 
@@ -130,10 +131,12 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
     def mma_layout(node: ir.Mma, t: int, whole_rows: bool) -> ir.Mma:
         (m, k), n = _shape2(node.a), _shape2(node.b)[1]
         whole_rows = whole_rows or not isinstance(node.a, ir.Ref)  # a register A: rows whole per warp(group)
+        dt = node.a.dtype if isinstance(node.a, ir.Ref) else node.a.type.dtype
+        kstep = 32 if dt.bytes == 1 else 16  # 8-bit operands: k32 instructions (32 bytes of K, as k16 of bf16)
         if node.instr == "wgmma":
-            lay = _wgmma_layout(m, n, k, t, not isinstance(node.b, ir.Ref), node.span, whole_rows)
+            lay = _wgmma_layout(m, n, k, t, not isinstance(node.b, ir.Ref), node.span, whole_rows, kstep)
         else:
-            lay = _mma_sync_layout(m, n, k, t, node.span, whole_rows)
+            lay = _mma_sync_layout(m, n, k, t, node.span, whole_rows, kstep)
         return dataclasses.replace(node, layout=lay)
 
     def fix(stmts, t: int, rows: set[str]):
