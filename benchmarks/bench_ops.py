@@ -5,7 +5,7 @@
     python3 benchmarks/bench_ops.py --ops softmax,rmsnorm --iters 10 --md -
 
 Ops: softmax (whole rows; rows longer than a block through softmax_stats + softmax_normalize), rmsnorm,
-layernorm, transpose, rope, gemm_bias_gelu (examples/gemm_epilogue.arg), bmm, linear (x @ W.T), gemm_fp8,
+layernorm, transpose, rope, gemm_bias_gelu (examples/gemm_epilogue.arg), bmm, linear (x @ W.T), gemm_fp8, moe_route,
 decode attention (split-KV decode_split + decode_combine) and split-K GEMM (gemm_splitk + splitk_reduce);
 each against torch eager and, where it applies, torch.compile of the same torch code.
 
@@ -352,6 +352,41 @@ def fp8_gemm_case(m: int, n: int, k_: int) -> Case:
                 [lambda s=s: scaled_mm(s) for s in sets], check, flops=2.0 * m * n * k_)
 
 
+def moe_route_case(t: int, e: int, k_: int) -> Case:
+    """Top-k experts and their softmax weights per token, vs torch.topk + softmax."""
+    import torch
+
+    kern = kernel("moe_route.arg", "moe_route", K=k_, BE=max(32, 1 << (e - 1).bit_length()))
+
+    def make():
+        return {"logits": torch.randn(t, e, device="cuda"),
+                "topk_ids": torch.empty(t, k_, device="cuda", dtype=torch.int32),
+                "topk_w": torch.empty(t, k_, device="cuda")}
+
+    def torch_route(x):
+        v, i = torch.topk(x, k_, dim=1)
+        return i, torch.softmax(v, dim=1)
+
+    def check():
+        from argus.dsl.types import DTYPES
+        from argus.interp.run import compare as cmp
+
+        s = make()
+        s["topk_ids"].fill_(-1)
+        s["topk_w"].fill_(float("nan"))
+        kern(**s)
+        torch.cuda.synchronize()
+        v, i = torch.topk(s["logits"].double(), k_, dim=1)
+        return [cmp("topk_ids", s["topk_ids"].cpu().numpy(), i.cpu().numpy(), DTYPES["i32"]),
+                compare("topk_w", s["topk_w"], torch.softmax(v, dim=1), "f32")]
+
+    sets = rotate(make, 4.0 * t * e)
+    fn = compiled(torch_route)
+    return Case(f"T{t} E{e} k{k_}", [kern.prepare(**s) for s in sets],
+                [lambda s=s: torch_route(s["logits"]) for s in sets], check, nbytes=4.0 * t * e + 8.0 * t * k_,
+                compiled=[lambda s=s: fn(s["logits"]) for s in sets])
+
+
 def decode_case(b: int, h: int, hkv: int, skv: int, d: int = 128) -> Case:
     """Split-KV decode (one query per head) vs torch SDPA; the splits give >= 2 blocks per SM."""
     import torch
@@ -443,6 +478,8 @@ OPS: dict[str, tuple[str, Callable[..., Case], list[tuple]]] = {
                [(4096, 4096, 4096), (8192, 14336, 4096), (16, 8192, 8192)]),
     "gemm_fp8": ("FP8 GEMM (examples/gemm_fp8.arg) vs torch._scaled_mm", fp8_gemm_case,
                  [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 14336, 4096)]),
+    "moe_route": ("MoE routing top-k + softmax (examples/moe_route.arg) vs torch.topk + softmax", moe_route_case,
+                  [(4096, 8, 2), (4096, 256, 8), (16384, 128, 8)]),
     "decode": ("split-KV decode attention (examples/decode_attention.arg) vs SDPA", decode_case,
                [(8, 32, 8, 8192), (1, 64, 8, 32768), (32, 32, 8, 2048)]),
     "splitk": ("split-K GEMM (examples/splitk.arg) vs torch.matmul", splitk_case,

@@ -45,6 +45,8 @@ CASES = [
     ("rope.arg", "rope", {"HD": 64}, {"B": 1, "S": 17, "H": 2, "D": 64, "D2": 32}),
     ("decode_attention.arg", "decode_combine", {}, {"B": 2, "H": 3, "NS": 5, "D": 128}),
     ("splitk.arg", "splitk_reduce", {}, {"SPLITS": 3, "M": 40, "N": 300}),
+    ("moe_route.arg", "moe_route", {}, {"T": 37, "E": 8, "KTOP": 2}),
+    ("moe_route.arg", "moe_route", {"K": 8}, {"T": 20, "E": 200, "KTOP": 8}),
 ]
 
 

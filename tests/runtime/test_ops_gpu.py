@@ -88,6 +88,8 @@ CASES = [
     ("decode_attention.arg", "decode_combine", {}, {"B": 2, "H": 3, "NS": 5, "D": 128}),
     ("splitk.arg", "gemm_splitk", {"KCHUNK": 256}, {"SPLITS": 4, "M": 200, "N": 136, "K": 1000}),
     ("splitk.arg", "splitk_reduce", {}, {"SPLITS": 3, "M": 40, "N": 300}),
+    ("moe_route.arg", "moe_route", {}, {"T": 333, "E": 8, "KTOP": 2}),
+    ("moe_route.arg", "moe_route", {"K": 8}, {"T": 100, "E": 256, "KTOP": 8}),
 ]
 
 
