@@ -26,9 +26,15 @@ from argus.codegen.errors import unsupported
 from argus.codegen.tiles import TileMap
 from argus.dsl.types import I32, ScalarT, TileT
 from argus.ir import nodes as ir
-from argus.ir.passes.layouts import _tile_vars as layout_tile_vars
-from argus.ir.passes.layouts import broadcast_keep, operand_layout
-from argus.ir.reg_layout import equivalent, reduction_plan, slice_layout, transposed_layout
+from argus.ir.reg_layout import (
+    broadcast_keep,
+    equivalent,
+    operand_layout,
+    reduction_plan,
+    slice_layout,
+    tile_vars,
+    transposed_layout,
+)
 
 
 def sub_exprs(e):
@@ -41,10 +47,6 @@ def sub_exprs(e):
             v = getattr(e, f)
             for x in v if isinstance(v, tuple) else (v,):
                 yield from sub_exprs(x)
-
-
-def _tile_vars(e, out: set[str]) -> set[str]:
-    return layout_tile_vars(e, out)
 
 
 def _elementwise_loads(e):
@@ -200,12 +202,12 @@ class Expressions:
                 self._preload(x, tm, out, top)
 
     def operand_layout(self, x: ir.Expr) -> ir.RegLayout:
-        """The layout a reduction's operand is computed in (argus/ir/passes/layouts.operand_layout)."""
+        """The layout a reduction's operand is computed in (argus/ir/reg_layout.operand_layout)."""
         return operand_layout(x, self.scope.layout, self.scope.threads)
 
     def expr_layout(self, e: ir.Expr) -> ir.RegLayout:
         """The register layout of the tiles an elementwise expression reads (they share one)."""
-        lays = {self.scope.layout(n) for n in _tile_vars(e, set())}
+        lays = {self.scope.layout(n) for n in tile_vars(e, set())}
         lays.discard(None)
         lays = {lay for lay in lays if lay.kind != "index"}
         if len(lays) != 1:

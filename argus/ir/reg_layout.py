@@ -25,12 +25,14 @@ shared memory.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from argus.dsl.types import TileT
 from argus.ir import nodes as ir
 from argus.ir.fragments import Fragment, mma_sync_block_fragment, slice_fragment, wgmma_block_fragment
 from argus.ir.layout import Layout, flatten
@@ -283,3 +285,76 @@ def _check_plan(f: Fragment, keep: int, plan: ReductionPlan) -> None:
                     len(held) != len(set(held.tolist())) or \
                     set(held.tolist()) != set(red[kept == line].tolist()):
                 raise ValueError(f"fragment {f.name}: line {line} is not covered once by thread {t}'s group")
+
+
+# ---- queries on register-tile expressions (the layout pass and the code generator share them) ----------
+
+
+def tile_vars(e, out: set[str], shape: tuple[int, ...] | None = None) -> set[str]:
+    """Register-tile variables whose layout must equal the value of `e` (elementwise reach); with
+    `shape`, only those of that shape (a 1-D tile broadcast into a 2-D value has a layout of its own)."""
+    if isinstance(e, ir.Var) and isinstance(e.type, TileT):
+        if shape is None or tuple(e.type.shape) == tuple(shape):
+            out.add(e.name)
+    elif isinstance(e, ir.Mma):
+        tile_vars(e.acc, out, shape)  # the a / b operands have operand layouts of their own
+    elif isinstance(e, (ir.Reduce, ir.Reshape, ir.Transpose, ir.Lambda, ir.ElemTag)):
+        pass  # the shape changes: not the same layout
+    elif isinstance(e, ir.Expr):
+        for f in dataclasses.fields(e):
+            if f.name not in ("span", "type"):
+                v = getattr(e, f.name)
+                for x in v if isinstance(v, tuple) else (v,):
+                    if isinstance(x, ir.Expr):
+                        tile_vars(x, out, shape)
+    return out
+
+
+def aligned_vars(e: ir.Expr) -> set[str]:
+    """The register tiles an elementwise value `e` reads at its own shape (they share its layout)."""
+    return tile_vars(e, set(), tuple(e.type.shape)) if isinstance(e.type, TileT) else set()
+
+
+def expr_nodes(e, out: list) -> list:
+    """Every expression node under `e` (including e), operands of mma and reductions too."""
+    if isinstance(e, ir.Expr):
+        out.append(e)
+        for f in dataclasses.fields(e):
+            if f.name not in ("span", "type"):
+                v = getattr(e, f.name)
+                for x in v if isinstance(v, tuple) else (v,):
+                    expr_nodes(x, out)
+    return out
+
+
+def operand_layout(e: ir.Expr, layout_of_var, threads: int) -> ir.RegLayout:
+    """The layout the operand `e` of a reduction is computed in: that of its tiles (the first, when
+    they disagree: the others are converted), else (loads, aranges) the blocked layout of its shape."""
+    for name in sorted(aligned_vars(e)):
+        lay = layout_of_var(name)
+        if lay is not None and lay.kind != "index":
+            return lay
+    return blocked_reg_layout(tuple(e.type.shape), threads, value_bytes(e))
+
+
+def value_bytes(e: ir.Expr) -> int:
+    """Smallest element size among the loads and tiles of `e` (what vectorised accesses are sized by)."""
+    sizes = [x.type.dtype.bytes for x in expr_nodes(e, []) if isinstance(x, (ir.Load, ir.Var))
+             and isinstance(x.type, TileT)]
+    return min(sizes, default=e.type.dtype.bytes)
+
+
+def reduce_result_layout(operand: ir.RegLayout, r: ir.Reduce) -> ir.RegLayout:
+    """Where `op(x, axis=a)` lands when x is held in `operand`: the slice of the kept axis (a 1-D x
+    is one row: its reduction is one element every thread holds)."""
+    if len(operand.shape) == 1:
+        return slice_layout(operand, 0)
+    return slice_layout(operand, 1 - r.axis)
+
+
+def broadcast_keep(src: tuple[int, ...], dst: tuple[int, ...]) -> int | None:
+    """The axis of a 2-D tile of shape `dst` that a 1-D tile of shape `src` runs along when broadcast
+    into it (x[:, None]: 0; x[None, :] or numpy's trailing alignment: 1), or None."""
+    if len(src) != 1 or len(dst) != 2:
+        return None
+    return 1 if src[0] == dst[1] and dst[1] != 1 else 0 if src[0] == dst[0] else None

@@ -57,11 +57,17 @@ from argus.ir.fragments import (
 )
 from argus.ir.layout import Layout
 from argus.ir.reg_layout import (  # fragment_of, rows_reg_layout: re-exported for older importers
+    aligned_vars,
     blocked_reg_layout,
+    broadcast_keep,
+    expr_nodes,
     fragment_of,
     mma_reg_layout,
+    operand_layout,
+    reduce_result_layout,
     rows_reg_layout,  # noqa: F401
     slice_layout,
+    tile_vars,
 )
 from argus.ir.swizzle import ComposedLayout, Swizzle, smem_swizzle
 from argus.ir.transform import rewrite, scope_stmts
@@ -171,31 +177,6 @@ def _shape2(x) -> tuple[int, int]:
 
 # ---- register tiles ----------------------------------------------------------------------------------
 
-def _tile_vars(e, out: set[str], shape: tuple[int, ...] | None = None) -> set[str]:
-    """Register-tile variables whose layout must equal the value of `e` (elementwise reach); with
-    `shape`, only those of that shape (a 1-D tile broadcast into a 2-D value has a layout of its own)."""
-    if isinstance(e, ir.Var) and isinstance(e.type, TileT):
-        if shape is None or tuple(e.type.shape) == tuple(shape):
-            out.add(e.name)
-    elif isinstance(e, ir.Mma):
-        _tile_vars(e.acc, out, shape)  # the a / b operands have operand layouts of their own
-    elif isinstance(e, (ir.Reduce, ir.Reshape, ir.Transpose, ir.Lambda, ir.ElemTag)):
-        pass  # the shape changes: not the same layout
-    elif isinstance(e, ir.Expr):
-        for f in dataclasses.fields(e):
-            if f.name not in ("span", "type"):
-                v = getattr(e, f.name)
-                for x in v if isinstance(v, tuple) else (v,):
-                    if isinstance(x, ir.Expr):
-                        _tile_vars(x, out, shape)
-    return out
-
-
-def aligned_vars(e: ir.Expr) -> set[str]:
-    """The register tiles an elementwise value `e` reads at its own shape (they share its layout)."""
-    return _tile_vars(e, set(), tuple(e.type.shape)) if isinstance(e.type, TileT) else set()
-
-
 def _mma_of(e) -> ir.Mma | None:
     while isinstance(e, ir.Tag):
         e = e.x
@@ -247,7 +228,7 @@ class _Groups:
 
 
 def _reach(e, out: list) -> list:
-    """Reduce, Reshape and Mma nodes at elementwise reach of `e` (the nodes where _tile_vars stops)."""
+    """Reduce, Reshape and Mma nodes at elementwise reach of `e` (the nodes where tile_vars stops)."""
     if isinstance(e, (ir.Reduce, ir.Reshape, ir.Mma)):
         out.append(e)
         if isinstance(e, ir.Mma):
@@ -295,23 +276,11 @@ def _build_groups(body: tuple[ir.Stmt, ...]) -> tuple[_Groups, dict[int, str]]:
             # consecutive threads on consecutive rows of the buffer: with an odd word pitch (a padded
             # layout) a warp's reads of a column hit 32 different banks
             g.columns.add(root)
-        for node in _nodes_in(value, []):
+        for node in expr_nodes(value, []):
             inner = node.x if isinstance(node, (ir.Reduce, ir.Reshape, ir.Transpose)) else None
             if isinstance(getattr(inner, "type", None), TileT):
                 g.union(sorted(aligned_vars(inner)))
     return g, keys
-
-
-def _nodes_in(e, out: list) -> list:
-    """Every expression node under `e` (including e), operands of mma and reductions too."""
-    if isinstance(e, ir.Expr):
-        out.append(e)
-        for f in dataclasses.fields(e):
-            if f.name not in ("span", "type"):
-                v = getattr(e, f.name)
-                for x in v if isinstance(v, tuple) else (v,):
-                    _nodes_in(x, out)
-    return out
 
 
 def _whole_row_names(body: tuple[ir.Stmt, ...]) -> set[str]:
@@ -323,11 +292,11 @@ def _whole_row_names(body: tuple[ir.Stmt, ...]) -> set[str]:
         value = _stmt_value(s)
         if value is None:
             continue
-        for node in _nodes_in(value, []):
+        for node in expr_nodes(value, []):
             if isinstance(node, ir.Reduce) and len(node.x.type.shape) == 2 and node.axis == 1:
-                marked |= {g.find(n) for n in _tile_vars(node.x, set())}
+                marked |= {g.find(n) for n in tile_vars(node.x, set())}
             if isinstance(node, ir.Mma) and not isinstance(node.a, ir.Ref):
-                marked |= {g.find(n) for n in _tile_vars(node.a, set())}
+                marked |= {g.find(n) for n in tile_vars(node.a, set())}
         for node in _reach(value, []):
             if isinstance(node, ir.Reshape) and len(node.type.shape) == 2 and node.type.shape[1] == 1 \
                     and len(value.type.shape) == 2:
@@ -436,39 +405,6 @@ def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...
     return fix(body)
 
 
-def operand_layout(e: ir.Expr, layout_of_var, threads: int) -> ir.RegLayout:
-    """The layout the operand `e` of a reduction is computed in: that of its tiles (the first, when
-    they disagree: the others are converted), else (loads, aranges) the blocked layout of its shape."""
-    for name in sorted(aligned_vars(e)):
-        lay = layout_of_var(name)
-        if lay is not None and lay.kind != "index":
-            return lay
-    return blocked_reg_layout(tuple(e.type.shape), threads, _value_bytes(e))
-
-
-def _value_bytes(e: ir.Expr) -> int:
-    """Smallest element size among the loads and tiles of `e` (what vectorised accesses are sized by)."""
-    sizes = [x.type.dtype.bytes for x in _nodes_in(e, []) if isinstance(x, (ir.Load, ir.Var))
-             and isinstance(x.type, TileT)]
-    return min(sizes, default=e.type.dtype.bytes)
-
-
-def reduce_result_layout(operand: ir.RegLayout, r: ir.Reduce) -> ir.RegLayout:
-    """Where `op(x, axis=a)` lands when x is held in `operand`: the slice of the kept axis (a 1-D x
-    is one row: its reduction is one element every thread holds)."""
-    if len(operand.shape) == 1:
-        return slice_layout(operand, 0)
-    return slice_layout(operand, 1 - r.axis)
-
-
-def broadcast_keep(src: tuple[int, ...], dst: tuple[int, ...]) -> int | None:
-    """The axis of a 2-D tile of shape `dst` that a 1-D tile of shape `src` runs along when broadcast
-    into it (x[:, None]: 0; x[None, :] or numpy's trailing alignment: 1), or None."""
-    if len(src) != 1 or len(dst) != 2:
-        return None
-    return 1 if src[0] == dst[1] and dst[1] != 1 else 0 if src[0] == dst[0] else None
-
-
 def _ties(body, g: _Groups, keys: dict[int, str], decided: dict, threads: int) -> dict[str, list]:
     """1-D groups tied to the layout of a 2-D tile: (priority, layout) per root. A reduction's result
     (priority 0) lands in the slice of its operand's layout; a vector broadcast into a 2-D value
@@ -556,10 +492,10 @@ def _check_register_operands(kernel: ir.Kernel) -> None:
                 lays.setdefault(s.name, s.layout)
         for s in scope_stmts(body):
             value = _stmt_value(s)
-            for node in _nodes_in(value, []) if value is not None else ():
+            for node in expr_nodes(value, []) if value is not None else ():
                 if not isinstance(node, ir.Mma) or isinstance(node.a, ir.Ref) or node.layout is None:
                     continue
-                src = {lays.get(n) for n in _tile_vars(node.a, set())}
+                src = {lays.get(n) for n in tile_vars(node.a, set())}
                 why = None
                 if len(src) != 1 or None in src:
                     why = "its register tiles have no single layout"
