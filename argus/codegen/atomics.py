@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from argus.codegen.cexpr import from_compute
 from argus.codegen.errors import unsupported
-from argus.codegen.memory import _rc, gview
+from argus.codegen.memory import _rc, gview, masked_condition, written_value
 from argus.dsl.types import TileT
 from argus.ir import nodes as ir
 
@@ -55,15 +54,10 @@ def atomic_add(em: Emitter, s: ir.AtomicAdd) -> None:
     em.line(f"const int ag_r = {r}, ag_c = {c};" if gv.row_axis is not None else f"const int ag_c = {c};  // one row")
 
     def value(k: str) -> str:
-        x = em.ex(s.value, k, tm, loads, top=True) if tile else em.sx(s.value)
-        return from_compute(dt, x)
+        return written_value(em, s.value, dt, k, tm, loads)
 
     def where(cond: str, slots: list[str]) -> str:
-        if mask is None:
-            return cond
-        if not isinstance(mask.type, TileT):
-            return f"{cond} && {em.sx(mask)}"
-        return " && ".join([cond, *(em.ex(mask, k, tm, loads) for k in slots)])
+        return masked_condition(em, mask, cond, slots, tm, loads)
 
     def one(cond: str, col: str, slot: str) -> None:
         em.line(f"if ({cond}) atomicAdd({gv.ptr} + {gv.offset(gb, 'ag_r', col)}, {value(slot)});")

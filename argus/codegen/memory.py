@@ -456,6 +456,23 @@ def load_into(em: Emitter, name: str, e: ir.Load, tm: TileMap) -> None:
     em.close()
 
 
+def written_value(em: Emitter, value: ir.Expr, dt, slot: str, tm: TileMap, loads: dict) -> str:
+    """Slot `slot` of a store-like statement's value (a tile, or a scalar for every slot), as `dt`."""
+    if not isinstance(value.type, TileT):
+        return from_compute(dt, em.sx(value))
+    return from_compute(dt, em.ex(value, slot, tm, loads, top=True))
+
+
+def masked_condition(em: Emitter, mask: ir.Expr | None, cond: str, slots: list[str], tm: TileMap,
+                     loads: dict) -> str:
+    """`cond` and, with a where= mask, the mask at every one of `slots` (a scalar mask once)."""
+    if mask is None:
+        return cond
+    if not isinstance(mask.type, TileT):
+        return f"{cond} && {em.sx(mask)}"
+    return " && ".join([cond, *(em.ex(mask, k, tm, loads) for k in slots)])
+
+
 def store(em: Emitter, s: ir.Store) -> None:
     """Register tile -> global tile, in runs of V columns: one vector store when the run is inside the
     tensor and aligned, else one store per in-range element."""
@@ -496,16 +513,10 @@ def store(em: Emitter, s: ir.Store) -> None:
     off = gv.offset(gb, "ag_r", "ag_c")
 
     def value(k: str) -> str:
-        if not isinstance(s.value.type, TileT):
-            return from_compute(dt, em.sx(s.value))
-        return from_compute(dt, em.ex(s.value, k, tm, loads, top=True))
+        return written_value(em, s.value, dt, k, tm, loads)
 
     def where(cond: str, slots: list[str]) -> str:
-        if mask is None:
-            return cond
-        if not isinstance(mask.type, TileT):
-            return f"{cond} && {em.sx(mask)}"
-        return " && ".join([cond, *(em.ex(mask, k, tm, loads) for k in slots)])
+        return masked_condition(em, mask, cond, slots, tm, loads)
 
     if v > 1:
         cond = where(gv.in_range("ag_r", "ag_c", v) if s.masked else "true", [f"ag_i + {u}" for u in range(v)])

@@ -202,25 +202,16 @@ __device__ __forceinline__ double ag_gelu(double x) { return 0.5 * x * (1.0 + er
 """
 
 ARGREDUCE = r"""
-// argmax / argmin: does (v, i) beat (w, j)? NumPy's order: the first index among equals, NaN beats all.
-__device__ __forceinline__ bool ag_arg_better_max(float v, int i, float w, int j) {
+// argmax / argmin: does (v, i) beat (w, j)? NumPy's order: the first index among equals, NaN beats all
+// (x != x only for a float NaN).
+template <typename T> __device__ __forceinline__ bool ag_arg_better_max(T v, int i, T w, int j) {
   if (v != v) return w == w || i < j;
   return w == w && (v > w || (v == w && i < j));
 }
-__device__ __forceinline__ bool ag_arg_better_min(float v, int i, float w, int j) {
+template <typename T> __device__ __forceinline__ bool ag_arg_better_min(T v, int i, T w, int j) {
   if (v != v) return w == w || i < j;
   return w == w && (v < w || (v == w && i < j));
 }
-__device__ __forceinline__ bool ag_arg_better_max(double v, int i, double w, int j) {
-  if (v != v) return w == w || i < j;
-  return w == w && (v > w || (v == w && i < j));
-}
-__device__ __forceinline__ bool ag_arg_better_min(double v, int i, double w, int j) {
-  if (v != v) return w == w || i < j;
-  return w == w && (v < w || (v == w && i < j));
-}
-__device__ __forceinline__ bool ag_arg_better_max(int v, int i, int w, int j) { return v > w || (v == w && i < j); }
-__device__ __forceinline__ bool ag_arg_better_min(int v, int i, int w, int j) { return v < w || (v == w && i < j); }
 """
 
 GROUPS: tuple[tuple[str, str], ...] = (

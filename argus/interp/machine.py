@@ -397,13 +397,18 @@ class BlockMachine:
             return -1 - self.role_accesses
         return self.epoch
 
-    def store(self, s: ir.Store) -> None:
+    def _written(self, s: ir.Store | ir.AtomicAdd):
+        """The value a store or atomic add writes (shared memory read into it by the threads of its
+        layout), and its destination resolved: (value, array, index, tile shape, tile index)."""
         self.reading_layout = s.layout
         try:
             value = self.eval(s.value)
         finally:
             self.reading_layout = None
-        arr, src, shape, dst = self.resolve(s.dst, s.span, masked=s.masked, for_write=True)
+        return (value, *self.resolve(s.dst, s.span, masked=s.masked, for_write=True))
+
+    def store(self, s: ir.Store) -> None:
+        value, arr, src, shape, dst = self._written(s)
         if self.shadow is not None and self.store_counts is not None:
             counts = self.store_counts.setdefault(s.dst.base, np.zeros(arr.shape, np.int32))
         value = np.broadcast_to(round_to(value, s.dst.dtype), shape)
@@ -428,12 +433,7 @@ class BlockMachine:
     def atomic_add(self, s: ir.AtomicAdd) -> None:
         """dst += value where written (masked, where=), rounded to dst's type after the addition as the
         GPU's atomic does; not counted as a write (many adds to one element are the point)."""
-        self.reading_layout = s.layout
-        try:
-            value = self.eval(s.value)
-        finally:
-            self.reading_layout = None
-        arr, src, shape, dst = self.resolve(s.dst, s.span, masked=s.masked, for_write=True)
+        value, arr, src, shape, dst = self._written(s)
         value = np.broadcast_to(np.asarray(value, np.float32), shape)
         keep = np.ones(shape, bool) if s.mask is None else np.broadcast_to(np.asarray(self.eval(s.mask), bool), shape)
         if s.dst.transposed:

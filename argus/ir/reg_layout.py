@@ -34,7 +34,7 @@ import numpy as np
 
 from argus.dsl.types import TileT
 from argus.ir import nodes as ir
-from argus.ir.fragments import Fragment, mma_sync_block_fragment, slice_fragment, wgmma_block_fragment
+from argus.ir.fragments import Fragment, mma_sync_block_fragment, slice_fragment, sliced, wgmma_block_fragment
 from argus.ir.layout import Layout, flatten
 
 WARP = 32
@@ -235,24 +235,8 @@ def reduction_plan(parent: ir.RegLayout, axis: int) -> ReductionPlan:
         t_shape.append(size)
         t_stride.append(0 if r else k)
         prefix *= size
-    s_shape, s_stride, map_stride, n = [], [], [], 1
-    for size, k, r in zip(flatten(kept[1].shape), flatten(kept[1].stride), flatten(red[1].stride), strict=True):
-        if k and r and size > 1:
-            raise ValueError(f"fragment {f.name}: a register slot mode moves along both axes")
-        if k and size > 1:
-            s_shape.append(size)
-            s_stride.append(k)
-            map_stride.append(n)
-            n *= size
-        else:
-            map_stride.append(0)
-    if not s_shape:
-        s_shape, s_stride = [1], [0]
-    shape = (tuple(t_shape), tuple(s_shape))
-    zeros = (tuple(0 for _ in t_shape), tuple(0 for _ in s_shape))
-    frag = Fragment(f"{f.name}.{('rows', 'cols')[keep]}", (1, f.tile[keep]), Layout(shape, zeros),
-                    Layout(shape, (tuple(t_stride), tuple(s_stride))))
-    plan = ReductionPlan(frag, Layout(tuple(flatten(kept[1].shape)), tuple(map_stride)), tuple(lanes), tuple(cross))
+    frag, slot_map = sliced(f, keep, t_shape, t_stride)
+    plan = ReductionPlan(frag, slot_map, tuple(lanes), tuple(cross))
     _check_plan(f, keep, plan)
     return plan
 

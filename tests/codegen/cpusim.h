@@ -170,30 +170,9 @@ static inline void ag_ldmatrix_x4(uint32_t (&r)[4], uint32_t a) { ag_ldmatrix<4,
 static inline void ag_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t a) { ag_ldmatrix<4, true>(r, a); }
 static inline void ag_ldmatrix_x2(uint32_t (&r)[2], uint32_t a) { ag_ldmatrix<2, false>(r, a); }
 static inline void ag_ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t a) { ag_ldmatrix<2, true>(r, a); }
-static inline float ag_half_of(uint32_t reg, int hi, bool bf) {
-  uint16_t x = (uint16_t)(hi ? reg >> 16 : reg & 0xffff);
-  return bf ? __bfloat162float(__nv_bfloat16{x}) : __half2float(__half{x});
-}
-static inline void ag_mma_m16n8k16(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2], bool bf) {
-  uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
-  const uint32_t* tab = ag_publish(6, mine);
-  int l = ag_cpu_tid() % 32, g = l / 4, t = l % 4;
-  float out[4];
-  for (int j = 0; j < 4; ++j) {
-    int row = g + 8 * (j / 2), col = 2 * t + (j % 2);
-    float acc = d[j];
-    for (int k = 0; k < 16; ++k) {
-      // A (16x16): lane (row % 8) * 4 + (k % 8) / 2, register row / 8 + 2 (k / 8), half k % 2
-      uint32_t ar = tab[((row % 8) * 4 + (k % 8) / 2) * 12 + (row / 8) + 2 * (k / 8)];
-      // B (16x8, k x n): lane n * 4 + (k % 8) / 2, register k / 8, half k % 2
-      uint32_t br = tab[(col * 4 + (k % 8) / 2) * 12 + 4 + k / 8];
-      acc += ag_half_of(ar, k % 2, bf) * ag_half_of(br, k % 2, bf);
-    }
-    out[j] = acc;
-  }
-  ag_retire();
-  for (int j = 0; j < 4; ++j) d[j] = out[j];
-}
+// 16-bit A (16x16) and B (16x8, k x n): lane (row % 8) * 4 + (k % 8) / 2, register row / 8 + 2 (k / 8) (B: k / 8),
+// half k % 2. 8-bit A (16x32) and B (32x8): lane (row % 8) * 4 + (k % 16) / 4, register row / 8 + 2 (k / 16)
+// (B: k / 16), byte k % 4. C (16x8): lane (g, t) holds row g + 8 (j / 2), column 2t + j % 2 in d[j].
 // 8-bit floats: e4m3 (bias 7, no infinities, 0x7f / 0xff NaN) and e5m2 (bias 15, IEEE-like)
 static inline float ag_fp8(uint32_t b, bool e4m3) {
   int s = (b >> 7) & 1, e = e4m3 ? (b >> 3) & 15 : (b >> 2) & 31, m = e4m3 ? b & 7 : b & 3;
@@ -205,37 +184,41 @@ static inline float ag_fp8(uint32_t b, bool e4m3) {
   else v = ldexpf((float)(m | (1 << mbits)), e - bias - mbits);
   return s ? -v : v;
 }
-// m16n8k32, 8-bit: A register r of lane (g, t) holds row g + 8 (r % 2), k 16 (r / 2) + 4t .. +3; B register
-// r holds k 16 r + 4t .. +3 of column g; bytes low first.
-static inline void ag_mma_m16n8k32(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2], bool e4m3) {
+static inline float ag_operand(uint32_t reg, int k, int kind) {  // kind: 0 bf16, 1 f16, 2 e4m3, 3 e5m2
+  if (kind >= 2) return ag_fp8((reg >> (8 * (k % 4))) & 255, kind == 2);
+  uint16_t x = (uint16_t)(k % 2 ? reg >> 16 : reg & 0xffff);
+  return kind == 0 ? __bfloat162float(__nv_bfloat16{x}) : __half2float(__half{x});
+}
+static inline void ag_mma_emulated(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2], int kind) {
   uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
   const uint32_t* tab = ag_publish(6, mine);
   int l = ag_cpu_tid() % 32, g = l / 4, t = l % 4;
+  int ks = kind >= 2 ? 32 : 16, half = ks / 2, per = ks / 8;  // K, K per register pair, elements per lane
   float out[4];
   for (int j = 0; j < 4; ++j) {
     int row = g + 8 * (j / 2), col = 2 * t + (j % 2);
     float acc = d[j];
-    for (int k = 0; k < 32; ++k) {
-      uint32_t ar = tab[((row % 8) * 4 + (k % 16) / 4) * 12 + (row / 8) + 2 * (k / 16)];
-      uint32_t br = tab[(col * 4 + (k % 16) / 4) * 12 + 4 + k / 16];
-      acc += ag_fp8((ar >> (8 * (k % 4))) & 255, e4m3) * ag_fp8((br >> (8 * (k % 4))) & 255, e4m3);
+    for (int k = 0; k < ks; ++k) {
+      uint32_t ar = tab[((row % 8) * 4 + (k % half) / per) * 12 + (row / 8) + 2 * (k / half)];
+      uint32_t br = tab[(col * 4 + (k % half) / per) * 12 + 4 + k / half];
+      acc += ag_operand(ar, k, kind) * ag_operand(br, k, kind);
     }
     out[j] = acc;
   }
   ag_retire();
   for (int j = 0; j < 4; ++j) d[j] = out[j];
 }
-static inline void ag_mma_m16n8k32_e4m3(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  ag_mma_m16n8k32(d, a, b, true);
-}
-static inline void ag_mma_m16n8k32_e5m2(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  ag_mma_m16n8k32(d, a, b, false);
-}
 static inline void ag_mma_m16n8k16_bf16(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  ag_mma_m16n8k16(d, a, b, true);
+  ag_mma_emulated(d, a, b, 0);
 }
 static inline void ag_mma_m16n8k16_f16(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  ag_mma_m16n8k16(d, a, b, false);
+  ag_mma_emulated(d, a, b, 1);
+}
+static inline void ag_mma_m16n8k32_e4m3(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  ag_mma_emulated(d, a, b, 2);
+}
+static inline void ag_mma_m16n8k32_e5m2(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  ag_mma_emulated(d, a, b, 3);
 }
 
 // Run `body` for every thread of every block of the grid.
