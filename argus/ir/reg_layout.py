@@ -253,23 +253,21 @@ def _check_plan(f: Fragment, keep: int, plan: ReductionPlan) -> None:
         raise ValueError(f"reduction plan of fragment {f.name} disagrees with its table")
     modes = [(m, 2) for m in plan.lanes] + list(plan.cross)  # (prefix, size) of every combined mode
     threads = np.arange(f.threads)
-
-    def rest(t):
-        for prefix, size in modes:
-            t = t - (t // prefix) % size * prefix
-        return t
-
-    key = rest(threads)
-    for t in range(f.threads):
-        partners = threads[key == key[t]]
-        lines = set(kept[t].tolist())
-        for line in lines:
-            held = np.concatenate([red[p][kept[p] == line] for p in partners])
-            if not all(line in set(kept[p].tolist()) for p in partners) or \
-                    len(held) != len(set(held.tolist())) or \
-                    set(held.tolist()) != set(red[kept == line].tolist()):
-                raise ValueError(f"fragment {f.name}: line {line} is not covered once by thread {t}'s group")
-
+    key = threads.copy()
+    for prefix, size in modes:
+        key = key - (key // prefix) % size * prefix
+    width = int(red.max()) + 1
+    every = np.unique(kept * width + red)  # each (line, element) of the tile once
+    for g in np.unique(key):
+        members = threads[key == g]
+        lines = np.unique(kept[members[0]])
+        if any(not np.array_equal(np.unique(kept[m]), lines) for m in members):
+            raise ValueError(f"fragment {f.name}: threads combined with thread {members[0]} hold other lines")
+        held = (kept[members] * width + red[members]).ravel()
+        want = every[np.isin(every // width, lines)]
+        if len(held) != len(np.unique(held)) or not np.array_equal(np.unique(held), want):
+            raise ValueError(f"fragment {f.name}: the lines of thread {members[0]} are not covered once by the "
+                             "threads it combines with")
 
 # ---- queries on register-tile expressions (the layout pass and the code generator share them) ----------
 

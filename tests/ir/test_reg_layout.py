@@ -141,3 +141,18 @@ def test_vectors_take_the_slice_of_the_tile_they_meet() -> None:
     assert x.kind == "blocked" and lays["y"] == x
     assert equivalent(lays["m"], slice_layout(x, 0))  # a row reduction lands in x's rows
     assert equivalent(lays["g"], slice_layout(x, 1))  # a vector broadcast along rows is held as x's columns
+
+
+def test_plan_check_refuses_a_plan_that_misses_threads() -> None:
+    """_check_plan is what makes a plan trustworthy: drop a lane mask or a cross mode and it refuses."""
+    import dataclasses
+
+    from argus.ir.reg_layout import _check_plan
+
+    lay = blocked_reg_layout((1, 4096), 512, 2)
+    plan = reduction_plan(lay, 1)
+    f = fragment_of(lay)
+    _check_plan(f, 0, plan)
+    for bad in (dataclasses.replace(plan, lanes=plan.lanes[:-1]), dataclasses.replace(plan, cross=())):
+        with pytest.raises(ValueError):
+            _check_plan(f, 0, bad)
