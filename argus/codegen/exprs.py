@@ -34,6 +34,8 @@ from argus.ir.reg_layout import (
     slice_layout,
     tile_vars,
     transposed_layout,
+    unit_keep,
+    unit_layout,
 )
 
 
@@ -238,7 +240,10 @@ class Expressions:
                 raise unsupported(f"a {list(e.type.shape)} tile in a {list(tm.layout.shape)} value", e.span)
             if math.prod(e.type.shape) == 1:
                 return self.ex(e, 0, self.tilemap(inner), loads, top)
-            return self._sliced(e, i, tm, loads, broadcast_keep(tuple(e.type.shape), tuple(tm.layout.shape)))
+            keep = unit_keep(tuple(e.type.shape), tuple(tm.layout.shape))
+            if keep is None:
+                keep = broadcast_keep(tuple(e.type.shape), tuple(tm.layout.shape))
+            return self._sliced(e, i, tm, loads, keep)
 
         def temp(node) -> str | None:
             hit = loads.get((id(node), tm.layout))
@@ -318,22 +323,28 @@ class Expressions:
             return False
         if len(shape) < len(lay.shape):
             return True
-        return math.prod(shape) == 1 and not isinstance(e, (ir.Reshape, ir.Bin, ir.Un, ir.Cmp, ir.Select,
-                                                           ir.Math, ir.Tag))
+        elementwise = (ir.Reshape, ir.Bin, ir.Un, ir.Cmp, ir.Select, ir.Math, ir.Tag)
+        return (math.prod(shape) == 1 or unit_keep(shape, tuple(lay.shape)) is not None) and \
+            not isinstance(e, elementwise)
 
     def broadcast_layout(self, shape: tuple[int, ...], lay: ir.RegLayout) -> ir.RegLayout | None:
         """The layout a tile of `shape` is read in when it broadcasts into a value held in `lay`: one
         element is held by every thread; a vector by the slice of `lay` along its axis."""
         if math.prod(shape) == 1:
             return ir.RegLayout("blocked", (1,), lay.threads, None, 1)
+        unit = unit_keep(tuple(shape), tuple(lay.shape))
+        if unit is not None:
+            return unit_layout(lay, unit)
         keep = broadcast_keep(tuple(shape), tuple(lay.shape))
         return slice_layout(lay, keep) if keep is not None else None
 
     def _sliced(self, e: ir.Expr, i, tm: TileMap, loads: dict, keep: int) -> str:
-        """A 1-D `e` read by slot i of a 2-D tile it is broadcast into (along axis `keep`): its value in
-        the slice of the tile's layout, at the slice slot holding slot i's index."""
+        """A vector `e` ([n], or [R, 1] / [1, C]) read by slot i of a 2-D tile it is broadcast into (along
+        axis `keep`): its value in the slice of the tile's layout, at the slice slot holding slot i's index."""
         plan = reduction_plan(tm.layout, 1 - keep)
-        return self.ex(e, render_layout(plan.slot_map, i), self.tilemap(slice_layout(tm.layout, keep)), loads)
+        inner = self.broadcast_layout(tuple(e.type.shape), tm.layout) if len(e.type.shape) == 2 else \
+            slice_layout(tm.layout, keep)
+        return self.ex(e, render_layout(plan.slot_map, i), self.tilemap(inner), loads)
 
     def index_pure(self, e: ir.Expr) -> bool:
         """A tile computed from arange, constants and scalars only (no registers): any thread can

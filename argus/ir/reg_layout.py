@@ -68,10 +68,21 @@ def slice_layout(parent: ir.RegLayout, keep: int) -> ir.RegLayout:
 
 
 def transposed_layout(parent: ir.RegLayout) -> ir.RegLayout:
-    """`parent` read with rows and columns exchanged; the transpose of a transpose is the parent."""
+    """`parent` read with rows and columns exchanged; the transpose of a transpose is the parent. A 1-D
+    parent (one row) becomes one column: [n] -> [n, 1]."""
     if parent.kind == "transposed" and parent.parent is not None:
         return parent.parent
-    return ir.RegLayout("transposed", tuple(parent.shape[::-1]), parent.threads, parent=parent)
+    shape = (parent.shape[0], 1) if len(parent.shape) == 1 else tuple(parent.shape[::-1])
+    return ir.RegLayout("transposed", shape, parent.threads, parent=parent)
+
+
+def unit_layout(lay: ir.RegLayout, keep: int) -> ir.RegLayout:
+    """How a [R, 1] (keep 0) or [1, C] (keep 1) tile broadcast into a tile held in `lay` is held: as the
+    slice of `lay` along that axis, as a column or a row (numpy's keepdims statistics, `x - mean`)."""
+    s = slice_layout(lay, keep)
+    if keep == 0:
+        return transposed_layout(s)
+    return ir.RegLayout("slice", (1, lay.shape[1]), lay.threads, parent=lay, keep=1)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -87,10 +98,8 @@ def fragment_of(lay: ir.RegLayout) -> Fragment:
         return slice_fragment(fragment_of(mma_reg_layout(lay.mma, lay.threads)), 0).fragment
     if lay.kind == "slice":
         return reduction_plan(lay.parent, 1 - lay.keep).fragment
-    if lay.kind == "transposed":
+    if lay.kind == "transposed":  # a 1-D parent is one row: its transpose one column
         f = fragment_of(lay.parent)
-        if len(lay.parent.shape) != 2:
-            raise ValueError("only 2-D register tiles have a transpose")
         return Fragment(f"{f.name}.T", (f.tile[1], f.tile[0]), f.col, f.row)
     if lay.kind == "index":
         return blocked_fragment(ir.RegLayout("blocked", lay.shape, lay.threads, None, 1))
@@ -340,3 +349,14 @@ def broadcast_keep(src: tuple[int, ...], dst: tuple[int, ...]) -> int | None:
     if len(src) != 1 or len(dst) != 2:
         return None
     return 1 if src[0] == dst[1] and dst[1] != 1 else 0 if src[0] == dst[0] else None
+
+
+def unit_keep(src: tuple[int, ...], dst: tuple[int, ...]) -> int | None:
+    """The axis a [R, 1] (0) or [1, C] (1) tile keeps when broadcast into a 2-D tile of shape `dst`."""
+    if len(src) != 2 or len(dst) != 2 or tuple(src) == tuple(dst):
+        return None
+    if src[1] == 1 and src[0] == dst[0] and dst[1] != 1:
+        return 0
+    if src[0] == 1 and src[1] == dst[1] and dst[0] != 1:
+        return 1
+    return None

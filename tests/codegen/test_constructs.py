@@ -60,6 +60,13 @@ CONSTRUCTS = {
                        "    Y = T * V[None, :] + V\n"),
     "broadcast_col_stats": ("Y: f32[M, N]", "    store(Y[bm * BM : +BM, 0 : +BN], t / sum(t * t, axis=0)[None, :])\n",
                             "    Y = T / sum(T * T, axis=0)[None, :]\n"),
+    "keepdims_rows": ("Y: f32[M, N]", """    mu = sum(t, axis=1)[:, None] * 0.015625
+    xc = t - mu
+    store(Y[bm * BM : +BM, 0 : +BN], xc * rsqrt(sum(xc * xc, axis=1)[:, None] * 0.015625 + 1.0))
+""", "    xc = T - mean(T, axis=1, keepdims=True)\n    Y = xc / sqrt(mean(xc * xc, axis=1, keepdims=True) + 1.0)\n"),
+    "keepdims_cols": ("Y: f32[M, N]",
+                      "    cm = max(t, axis=0)[None, :]\n    store(Y[bm * BM : +BM, 0 : +BN], t - cm)\n",
+                      "    Y = T - max(T, axis=0, keepdims=True)\n"),
     "rows_vector": ("Y: f32[M, N], R: f32[M]", """    s = sum(t, axis=1)
     r = exp(s * 0.01) + 1.0
     store(R[bm * BM : +BM], r)
@@ -115,7 +122,7 @@ def test_construct_runs_on_the_cpu(layout: str, construct: str) -> None:
     """The blocked and mma.sync versions run on the CPU emulation: compare with the reference."""
     src = kernel_source(layout, construct)
     k = build_kernel(parse(src, f"{layout}_{construct}.arg").kernels[0], {})
-    whole = "axis0" in construct or "col_stats" in construct  # one block holds every row it reduces
+    whole = any(w in construct for w in ("axis0", "col_stats", "keepdims_cols"))  # one block holds the rows it reduces
     shapes = ({"M": 64, "N": 64, "K": 32},) if whole else ({"M": 150, "N": 64, "K": 32}, {"M": 64, "N": 64, "K": 40})
     for dims in shapes:
         for c in cpusim.check(k, {d: v for d, v in dims.items() if d in k.dims}, seed=3):

@@ -68,6 +68,8 @@ from argus.ir.reg_layout import (  # fragment_of, rows_reg_layout: re-exported f
     rows_reg_layout,  # noqa: F401
     slice_layout,
     tile_vars,
+    unit_keep,
+    unit_layout,
 )
 from argus.ir.swizzle import ComposedLayout, Swizzle, smem_swizzle
 from argus.ir.transform import rewrite, scope_stmts
@@ -368,7 +370,7 @@ def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...
             decided[root] = g.fixed[root]
         elif root in index:
             decided[root] = ir.RegLayout("index", tuple(shape), threads)
-        elif len(shape) != 1:
+        elif len(shape) != 1 and 1 not in shape:  # a [R, 1] / [1, C] tile waits for the tile it meets
             decided[root] = blocked_reg_layout(shape, threads, 16 if root in g.columns else nbytes)
     while True:  # a tie may need another 1-D tile's layout: rounds settle chains
         ties = _ties(body, g, keys, decided, threads)
@@ -442,6 +444,9 @@ def _ties(body, g: _Groups, keys: dict[int, str], decided: dict, threads: int) -
             keep = broadcast_keep(tuple(e.type.shape), tuple(ctx.shape))
             if keep is not None and len(ctx.shape) == 2:
                 tie(g.find(e.name), 1, slice_layout(ctx, keep))
+            unit = unit_keep(tuple(e.type.shape), tuple(ctx.shape))
+            if unit is not None:
+                tie(g.find(e.name), 1, unit_layout(ctx, unit))
             return
         if isinstance(e, ir.Transpose):
             walk(e.x, None, None)
