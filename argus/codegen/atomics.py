@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from argus.codegen.errors import unsupported
-from argus.codegen.memory import _rc, gview, masked_condition, written_value
+from argus.codegen.memory import gview, masked_condition, open_runs, written_value
 from argus.dsl.types import TileT
 from argus.ir import nodes as ir
 
@@ -38,20 +38,7 @@ def atomic_add(em: Emitter, s: ir.AtomicAdd) -> None:
     pair = dt.name == "bf16" and gv.contiguous and tm.run >= 2
     v = 2 if pair else 1
     em.line(f"// atomic_add: {tm.slots} elements per thread" + (", in bf16 pairs where aligned" if pair else ""))
-    em.open("")
-    gb = em.tmp("g")
-    em.line(f"const long long {gb} = {gv.base()};")
-    if pair:
-        row_stride = em.stride(gv.tensor, gv.row_axis) if gv.row_axis is not None else "0"
-        em.line(f"const bool ag_aligned = (reinterpret_cast<unsigned long long>({gv.ptr}) & 3) == 0 && "
-                f"(((unsigned long long)({gb}) | (unsigned long long)({row_stride})) & 1) == 0;")
-    if tm.replicas > 1:
-        em.open(f"if ({tm.owner()})")
-    em.line("#pragma unroll")
-    em.open(f"for (int ag_j = 0; ag_j < {tm.slots // v}; ++ag_j)")
-    em.line(f"const int ag_i = ag_j * {v};")
-    r, c = _rc(tm, "ag_i")
-    em.line(f"const int ag_r = {r}, ag_c = {c};" if gv.row_axis is not None else f"const int ag_c = {c};  // one row")
+    gb = open_runs(em, gv, tm, v, dt.bytes)
 
     def value(k: str) -> str:
         return written_value(em, s.value, dt, k, tm, loads)

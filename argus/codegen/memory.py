@@ -456,6 +456,29 @@ def load_into(em: Emitter, name: str, e: ir.Load, tm: TileMap) -> None:
     em.close()
 
 
+def open_runs(em: Emitter, gv: GView, tm: TileMap, v: int, elem_bytes: int) -> str:
+    """Open the loop over a thread's runs of v slots of a write to `gv` (by the first replica of each
+    element): `ag_aligned` (v > 1: the base pointer, the row stride and the start column allow v-element
+    accesses), then per run `ag_i` (its first slot), `ag_r` and `ag_c`; returns the base offset's name.
+    The caller closes the loop, the owner test (when tm.replicas > 1) and the block."""
+    em.open("")
+    gb = em.tmp("g")
+    em.line(f"const long long {gb} = {gv.base()};")
+    if v > 1:
+        # a vector access needs an aligned address: the base pointer, the row stride and the start column
+        row_stride = em.stride(gv.tensor, gv.row_axis) if gv.row_axis is not None else "0"
+        em.line(f"const bool ag_aligned = (reinterpret_cast<unsigned long long>({gv.ptr}) & {v * elem_bytes - 1}) == 0 "
+                f"&& (((unsigned long long)({gb}) | (unsigned long long)({row_stride})) & {v - 1}) == 0;")
+    if tm.replicas > 1:
+        em.open(f"if ({tm.owner()})")
+    em.line("#pragma unroll")
+    em.open(f"for (int ag_j = 0; ag_j < {tm.slots // v}; ++ag_j)")
+    em.line(f"const int ag_i = ag_j * {v};")
+    r, c = _rc(tm, "ag_i")
+    em.line(f"const int ag_r = {r}, ag_c = {c};" if gv.row_axis is not None else f"const int ag_c = {c};  // one row")
+    return gb
+
+
 def written_value(em: Emitter, value: ir.Expr, dt, slot: str, tm: TileMap, loads: dict) -> str:
     """Slot `slot` of a store-like statement's value (a tile, or a scalar for every slot), as `dt`."""
     if not isinstance(value.type, TileT):
@@ -495,21 +518,7 @@ def store(em: Emitter, s: ir.Store) -> None:
     ct = ctype(dt)
     ptr = gv.ptr
     em.line(f"// store {tm.slots} elements per thread, in runs of {v}")
-    em.open("")
-    gb = em.tmp("g")
-    em.line(f"const long long {gb} = {gv.base()};")
-    if v > 1:
-        # a vector store needs an aligned address: the base pointer, the row stride and the start column
-        row_stride = em.stride(gv.tensor, gv.row_axis) if gv.row_axis is not None else "0"
-        em.line(f"const bool ag_aligned = (reinterpret_cast<unsigned long long>({ptr}) & {v * dt.bytes - 1}) == 0 && "
-                f"(((unsigned long long)({gb}) | (unsigned long long)({row_stride})) & {v - 1}) == 0;")
-    if tm.replicas > 1:
-        em.open(f"if ({tm.owner()})")
-    em.line("#pragma unroll")
-    em.open(f"for (int ag_j = 0; ag_j < {tm.slots // v}; ++ag_j)")
-    em.line(f"const int ag_i = ag_j * {v};")
-    r, c = _rc(tm, "ag_i")
-    em.line(f"const int ag_r = {r}, ag_c = {c};" if gv.row_axis is not None else f"const int ag_c = {c};  // one row")
+    gb = open_runs(em, gv, tm, v, dt.bytes)
     off = gv.offset(gb, "ag_r", "ag_c")
 
     def value(k: str) -> str:

@@ -34,7 +34,7 @@ import numpy as np
 from argus.codegen.cexpr import render_layout
 from argus.codegen.errors import unsupported
 from argus.codegen.memory import SView, sview
-from argus.codegen.prelude import wgmma_fp8_function, wgmma_function, wgmma_rs_function
+from argus.codegen.prelude import wgmma_function, wgmma_rs_function
 from argus.codegen.tiles import TileMap
 from argus.ir import nodes as ir
 from argus.ir.fragments import wgmma_descriptor_strides
@@ -171,7 +171,7 @@ def _wgmma(em: Emitter, name: str, m: ir.Mma, a: SView | str, b: SView) -> None:
     ab = m.b.dtype.name
     kstep = lay.inst_shape[2]
     if m.b.dtype.bytes == 1:
-        fn, body = wgmma_fp8_function(inst_n, _PTX_TYPE[ab])
+        fn, body = wgmma_function(inst_n, _PTX_TYPE[ab])
     elif a_regs:
         fn, body = wgmma_rs_function(inst_n, ab, 0 if b.transposed else 1)
     else:

@@ -230,36 +230,22 @@ GROUPS: tuple[tuple[str, str], ...] = (
 )
 
 
-def wgmma_function(n: int, ab: str, trans_a: int, trans_b: int) -> tuple[str, str]:
-    """(name, definition) of one wgmma.m64nNk16 f32 += ab*ab with both operands from descriptors."""
-    name = f"ag_wgmma_m64n{n}k16_{ab}_t{trans_a}{trans_b}"
+def wgmma_function(n: int, ab: str, trans_a: int = 0, trans_b: int = 0) -> tuple[str, str]:
+    """(name, definition) of one wgmma f32 += ab*ab with both operands from descriptors: m64nNk16 for
+    16-bit `ab` (with its transpose operands), m64nNk32 for 8-bit e4m3 / e5m2 (K-major only: no
+    transpose operands)."""
+    eight = ab in ("e4m3", "e5m2")
+    k = 32 if eight else 16
+    name = f"ag_wgmma_m64n{n}k32_{ab}" if eight else f"ag_wgmma_m64n{n}k16_{ab}_t{trans_a}{trans_b}"
     regs = n // 2
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     dlist = ", ".join(f"%{i}" for i in range(regs))
+    trans = "" if eight else f", {trans_a}, {trans_b}"
     body = (
         f"__device__ __forceinline__ void {name}(float* d, ag_u64 da, ag_u64 db) {{\n"
         f'  asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
-        f'               " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} "\n'
-        f'               "{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1, {trans_a}, {trans_b};\\n}}\\n"\n'
-        f"               : {outs}\n"
-        f'               : "l"(da), "l"(db), "r"(1));\n'
-        "}\n"
-    )
-    return name, body
-
-
-def wgmma_fp8_function(n: int, ab: str) -> tuple[str, str]:
-    """(name, definition) of one wgmma.m64nNk32 f32 += ab*ab for 8-bit `ab` (e4m3 / e5m2), both operands
-    K-major from descriptors (8-bit wgmma has no transpose operands)."""
-    name = f"ag_wgmma_m64n{n}k32_{ab}"
-    regs = n // 2
-    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    dlist = ", ".join(f"%{i}" for i in range(regs))
-    body = (
-        f"__device__ __forceinline__ void {name}(float* d, ag_u64 da, ag_u64 db) {{\n"
-        f'  asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
-        f'               " wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{ab}.{ab} "\n'
-        f'               "{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1;\\n}}\\n"\n'
+        f'               " wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ab}.{ab} "\n'
+        f'               "{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1{trans};\\n}}\\n"\n'
         f"               : {outs}\n"
         f'               : "l"(da), "l"(db), "r"(1));\n'
         "}\n"
