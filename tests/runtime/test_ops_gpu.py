@@ -29,11 +29,49 @@ def _kernel(file: str, name: str, params: dict):
     return build_kernel(node, params)
 
 
-def _gpu_kernel(k):
+def _all_kernels() -> list:
+    """Every kernel the tests below launch: (example file, kernel name, params), or (source text, the path
+    its test parses it under, {}) -- the path is in the #line directives, so in the cache key."""
+    out = [(f, n, p) for f, n, p, _ in CASES] + [("decode_attention.arg", "decode_split", p) for p, _ in DECODE]
+    out += [("softmax.arg", "softmax_stats", {}), ("softmax.arg", "softmax_normalize", {}),
+            ("decode_attention.arg", "decode_combine", {}), ("splitk.arg", "gemm_splitk", {}),
+            ("splitk.arg", "splitk_reduce", {})]
+    out += [("decode_attention.arg", "decode_split", {"GROUP": g, "CHUNK": c}) for g, c in ((8, 512), (4, 128))]
+    out += [(kernel_source(lay, c), f"{lay}_{c}.arg", {}) for lay, c in CONSTRUCT_CASES]
+    return out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm_cache() -> None:
+    """Compile every kernel in parallel processes first (the disk cache then serves the tests)."""
+    if ARCH is None:
+        return
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    with cf.ProcessPoolExecutor(max_workers=8, mp_context=mp.get_context("spawn")) as pool:
+        list(pool.map(_warm_one, _all_kernels()))
+
+
+def _warm_one(item) -> None:
+    src, name, params = item
+    if src.endswith(".arg"):
+        k = _kernel(src, name, params)
+    else:
+        k = build_kernel(parse(src, name).kernels[0], params)
+    _gpu_build(k)
+
+
+def _gpu_build(k):
     from argus.codegen.compile import build
+
+    return build(k, arch=ARCH)
+
+
+def _gpu_kernel(k):
     from argus.runtime.launch import GpuKernel
 
-    return GpuKernel(build(k, arch=ARCH), 0)
+    return GpuKernel(_gpu_build(k), 0)
 
 
 def _check(k, dims: dict, seed: int, criteria: dict | None = None) -> None:
