@@ -194,6 +194,8 @@ class _Counter:
                 self.by_tensor[s.src.base] = self.by_tensor.get(s.src.base, 0) + nbytes
             elif isinstance(s, ir.Store) and s.dst is not None and s.dst.space == "global":
                 self.store_bytes += mult * math.prod(s.dst.shape) * s.dst.dtype.bytes
+            elif isinstance(s, ir.AtomicAdd) and s.dst is not None:  # read-modify-write
+                self.store_bytes += 2 * mult * math.prod(s.dst.shape) * s.dst.dtype.bytes
             elif isinstance(s, ir.For):
                 if not self.top_env:
                     self.top_env = dict(self.env)

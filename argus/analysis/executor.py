@@ -322,6 +322,11 @@ class Executor(TileRules, RingRules):
             self.acquire(b, parity)
         elif isinstance(s, ir.PipelineFor):
             raise Unsupported("pipeline loop was not expanded", s.span)
+        elif isinstance(s, ir.AtomicAdd):
+            # not modelled yet: an atomic add is no race with another atomic add to the element, and the
+            # element it accumulates is a sum over every block / thread that adds to it (coverage, footprint)
+            raise Unsupported("atomic_add: the verifier does not model atomics yet (races between atomic adds, "
+                              "an output accumulated over blocks)", s.span)
         else:
             raise Unsupported(f"{type(s).__name__}", s.span)
 

@@ -411,6 +411,15 @@ class ReferenceTerms:
     def fn_sigmoid(self, x, span=None):
         return self.unary("sigmoid", x)
 
+    def fn_erf(self, x, span=None):
+        return self.unary("erf", x)
+
+    def fn_gelu(self, x, span=None):
+        return self.unary("gelu", x)
+
+    def fn_argmax(self, x, axis=None, span=None):
+        return self.reduce("argmax", self.arr(x), axis)
+
     def fn_float(self, x, span=None):
         return float(x) if isinstance(x, (int, float)) else ("scalar", "float")
 

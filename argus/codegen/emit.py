@@ -27,7 +27,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-from argus.codegen import memory, mma
+from argus.codegen import atomics, memory, mma
 from argus.codegen.cexpr import (
     C_KEYWORDS,
     compute_type,
@@ -92,7 +92,7 @@ def single_thread_role(role: ir.Role) -> bool:
     for s in walk_stmts(role.body):
         if isinstance(s, ir.Let) and isinstance(s.value.type, TileT):
             return False
-        if isinstance(s, (ir.Store, ir.Barrier, ir.Commit, ir.WaitGroup)):
+        if isinstance(s, (ir.Store, ir.AtomicAdd, ir.Barrier, ir.Commit, ir.WaitGroup)):
             return False
         if isinstance(s, ir.Copy) and s.mode != "bulk":
             return False
@@ -133,7 +133,8 @@ class Emitter(Expressions):
         self.nonneg = self._nonneg_names()
         self.scope = Scope(kernel.threads, "ag_tid", 0)
         self.role_index = 0
-        self.red_layout: dict[int, ir.RegLayout] = {}  # id(Reduce) -> layout of its temporary
+        # shared scratch of cross-thread exchanges (argus/codegen/exchange.py): scope barrier id -> bytes
+        self.scratch_need: dict[int, int] = {}
         # index tiles (layout "index": arange arithmetic, never stored): the definition in force, with
         # its scalar parts read from snapshots taken at the definition (argus/codegen/exprs.py)
         self.index_def: dict[str, ir.Expr] = {}
@@ -246,13 +247,20 @@ class Emitter(Expressions):
         self.block_scope(k.body, self.scope)
         body = self.lines[body_start:]
         self.lines = self.lines[:body_start]
+        scratch = []
+        for key, need in sorted(self.scratch_need.items()):
+            off = -(-self.smem_top // 16) * 16
+            scratch.append(f"  unsigned char* const ag_scratch{key} = ag_smem_ptr + {off};  "
+                           f"// {need} B: reductions and layout conversions across warps")
+            self.smem_top = off + need
         smem = self.smem_top + (SMEM_ALIGN if self.smem_top else 0)
         if smem - SMEM_ALIGN > MAX_SMEM:
             raise error("codegen", f"the kernel needs {self.smem_top} B of shared memory; a block can have "
                         f"at most {MAX_SMEM} B", k.span)
         if self.uses_wgmma or "tma" in self.features:
             self.sm = max(self.sm, 90)
-        min_sm = 90 if self.features & {"wgmma", "tma", "mbarrier", "setmaxnreg", "proxy-fence"} else 80
+        # (8-bit mma.sync exists from sm_89; built, like the rest, for sm_90a)
+        min_sm = 90 if self.features & {"wgmma", "tma", "mbarrier", "setmaxnreg", "proxy-fence", "mma.sync.fp8"} else 80
         sig_params = list(self.params) + [
             ParamSpec("tmap", f"ag_tm{i}", "const __grid_constant__ AgTmaMap", t.tensor, tmap=i)
             for i, t in enumerate(self.tmaps)]
@@ -273,6 +281,7 @@ class Emitter(Expressions):
                     "  // 1024-byte aligned base: swizzle patterns (and wgmma descriptors) assume it",
                     "  const ag_u32 ag_smem = (ag_smem_u32(ag_smem_raw) + 1023u) & ~1023u;",
                     "  unsigned char* const ag_smem_ptr = ag_smem_raw + (ag_smem - ag_smem_u32(ag_smem_raw));"]
+            out += scratch
         out += ["  const int ag_tid = threadIdx.x;"]
         out += body + ["}", ""]
         return GeneratedKernel(
@@ -367,7 +376,7 @@ class Emitter(Expressions):
                     return None
                 need |= n
             return need
-        if isinstance(s, ir.Store) and isinstance(s.dst, ir.Ref) and s.dst.space == "global":
+        if isinstance(s, (ir.Store, ir.AtomicAdd)) and isinstance(s.dst, ir.Ref) and s.dst.space == "global":
             return {self.local(x.name) for x in sub_exprs(s.value) if isinstance(x, ir.Var)} & set(self.pending)
         return None
 
@@ -501,6 +510,8 @@ class Emitter(Expressions):
             self.line(f"ag_mbar_wait({bar}, (ag_u32)({self.sx(s.phase)}) & 1u);")
         elif isinstance(s, ir.Store):
             memory.store(self, s)
+        elif isinstance(s, ir.AtomicAdd):
+            atomics.atomic_add(self, s)
         elif isinstance(s, ir.For):
             self.for_loop(s)
         elif isinstance(s, ir.If):
@@ -607,6 +618,21 @@ class Emitter(Expressions):
             self.line(text)
         else:
             self.line(f"if ({self.scope.tid} == 0) {text}")
+
+    def scratch(self, nbytes: int, span: Span | None) -> str:
+        """C name of the current scope's shared scratch (`unsigned char*`), at least `nbytes` long."""
+        if self.scope.single:
+            raise unsupported("a reduction or layout conversion across threads in a one-thread role", span)
+        key = self.scope.bar_id
+        self.scratch_need[key] = max(self.scratch_need.get(key, 0), nbytes)
+        return f"ag_scratch{key}"
+
+    def sync_scope(self) -> None:
+        """A barrier of the scope's threads (no proxy fence: the scratch is only read by threads)."""
+        if self.scope.bar_id == 0:
+            self.line("__syncthreads();")
+        else:
+            self.line(f"ag_bar_sync({self.scope.bar_id}, {self.scope.threads});")
 
     def barrier(self) -> None:
         if self.scope.single:

@@ -18,14 +18,25 @@ Beyond elementwise arithmetic on tiles of one layout:
 
 from __future__ import annotations
 
-from argus.codegen import memory
+import math
+
+from argus.codegen import exchange, memory
 from argus.codegen.cexpr import compute_type, ctype, from_compute, is_narrow_float, literal, render_layout, to_compute
 from argus.codegen.errors import unsupported
 from argus.codegen.tiles import TileMap
-from argus.dsl.types import ScalarT, TileT
+from argus.dsl.types import I32, ScalarT, TileT
 from argus.ir import nodes as ir
-from argus.ir.passes.layouts import _tile_vars as layout_tile_vars
-from argus.ir.passes.layouts import rows_reg_layout, rows_slice
+from argus.ir.reg_layout import (
+    broadcast_keep,
+    equivalent,
+    operand_layout,
+    reduction_plan,
+    slice_layout,
+    tile_vars,
+    transposed_layout,
+    unit_keep,
+    unit_layout,
+)
 
 
 def sub_exprs(e):
@@ -38,10 +49,6 @@ def sub_exprs(e):
             v = getattr(e, f)
             for x in v if isinstance(v, tuple) else (v,):
                 yield from sub_exprs(x)
-
-
-def _tile_vars(e, out: set[str]) -> set[str]:
-    return layout_tile_vars(e, out)
 
 
 def _elementwise_loads(e):
@@ -133,24 +140,76 @@ class Expressions:
         return False
 
 
-    def preload(self, e: ir.Expr, tm: TileMap) -> dict[int, str]:
-        """Emit what the slot loop of `e` reads from temporaries: its loads (in `tm`), then its row
-        reductions (innermost first); returns id(node) -> temporary."""
-        out: dict[int, str] = {}
-        for x in _elementwise_loads(e):
-            if id(x) not in out:
-                t = self.tmp("ld")
-                self.line(f"{ctype(x.type.dtype)} {t}[{tm.slots}];")
-                memory.load_into(self, t, x, tm)
-                out[id(x)] = t
-        for x in reversed(list(sub_exprs(e))):
-            if isinstance(x, ir.Reduce) and id(x) not in out:
-                out[id(x)] = self.reduce_rows(x, out)
+    def preload(self, e: ir.Expr, tm: TileMap) -> dict:
+        """Emit what the slot loop of `e` (computed in `tm`) reads from temporaries: its loads (in the
+        layout each is read in), its reductions (argus/codegen/exchange.py), and the tiles it reads in a
+        layout other than their own (converted); returns (id(node), layout) -> (temporary, computed),
+        `computed` when the temporary holds compute-type values."""
+        out: dict = {}
+        self._preload(e, tm, out, True)
         return out
+
+    def _preload(self, e, tm: TileMap, out: dict, top: bool) -> None:
+        if not isinstance(e, ir.Expr) or not isinstance(e.type, TileT):
+            return
+        lay = tm.layout
+        if self.broadcasts(e, lay):  # broadcast into the value (numpy's rules)
+            inner = self.broadcast_layout(tuple(e.type.shape), lay)
+            if inner is not None:
+                self._preload(e, self.tilemap(inner), out, False)
+            return
+        key = (id(e), lay)
+        if key in out:
+            return
+        if isinstance(e, ir.Load):
+            if e.ref.space == "shared" and not top:
+                # the verifier models a shared read by the threads of the statement's layout
+                raise unsupported("a shared-memory load inside a reduction, broadcast or transpose", e.span,
+                                  "load the tile into a variable first")
+            t = self.tmp("ld")
+            self.line(f"{ctype(e.type.dtype)} {t}[{tm.slots}];")
+            memory.load_into(self, t, e, tm)
+            out[key] = (t, False)
+            return
+        if isinstance(e, ir.Var):
+            vl = self.scope.layout(e.name)
+            if vl is None or vl.kind == "index" or equivalent(vl, lay):
+                return
+            out[key] = (exchange.convert(self, self.local(e.name), vl, lay, e.type.dtype, False, e.span), True)
+            return
+        if isinstance(e, ir.Reduce):
+            src = self.operand_layout(e.x)
+            t, rl = exchange.reduce(self, e, src)
+            if equivalent(rl, lay):
+                out[key] = (t, True)
+            else:
+                dt = I32 if e.op in ("argmax", "argmin") else e.type.dtype
+                out[key] = (exchange.convert(self, t, rl, lay, dt, True, e.span), True)
+            return
+        if isinstance(e, ir.Reshape):
+            keep = broadcast_keep(tuple(e.x.type.shape), tuple(e.type.shape)) if isinstance(e.x.type, TileT) else None
+            if keep is not None and len(lay.shape) == 2 and not self.index_pure(e.x):
+                self._preload(e.x, self.tilemap(slice_layout(lay, keep)), out, False)
+            return
+        if isinstance(e, ir.Transpose):
+            self._preload(e.x, self.tilemap(transposed_layout(lay)), out, False)
+            return
+        if isinstance(e, ir.Mma):
+            raise unsupported("an mma inside an expression", e.span, "assign its result to a variable first")
+        for f in e.__dataclass_fields__:
+            if f in ("span", "type"):
+                continue
+            v = getattr(e, f)
+            for x in v if isinstance(v, tuple) else (v,):
+                self._preload(x, tm, out, top)
+
+    def operand_layout(self, x: ir.Expr) -> ir.RegLayout:
+        """The layout a reduction's operand is computed in (argus/ir/reg_layout.operand_layout)."""
+        return operand_layout(x, self.scope.layout, self.scope.threads)
 
     def expr_layout(self, e: ir.Expr) -> ir.RegLayout:
         """The register layout of the tiles an elementwise expression reads (they share one)."""
-        lays = {self.scope.layout(n) for n in _tile_vars(e, set())}
+        lays = {self.scope.layout(n) for n in tile_vars(e, set())}
         lays.discard(None)
         lays = {lay for lay in lays if lay.kind != "index"}
         if len(lays) != 1:
@@ -158,50 +217,7 @@ class Expressions:
                               ("no" if not lays else "several different") + " layouts", e.span)
         return lays.pop()
 
-    def reduce_rows(self, r: ir.Reduce, temps: dict[int, str]) -> str:
-        """`op(x, axis=1)` of an mma-fragment tile into a row-slice temporary: each thread reduces its
-        own slots of each of its rows, then combines with the lanes sharing the row (shfl.xor)."""
-        if len(r.x.type.shape) != 2 or r.axis != 1:
-            raise unsupported("a reduction of a register tile other than along the rows of a 2-D tile", r.span)
-        src = self.expr_layout(r.x)
-        try:
-            sl = rows_slice(src)
-        except ValueError as exc:
-            raise unsupported(f"this row reduction: {exc}", r.span) from None
-        rows = rows_reg_layout(src)
-        if rows is None:
-            raise unsupported("this row reduction: the rows are spread over several warps", r.span)
-        stm = self.tilemap(src)
-        dt = r.type.dtype
-        ct = compute_type(dt)
-        ident = {"sum": literal(0, dt), "max": literal(float("-inf") if dt.is_float else -(2**31), dt),
-                 "min": literal(float("inf") if dt.is_float else 2**31 - 1, dt)}[r.op]
-
-        def combine(a: str, b: str) -> str:
-            return f"{a} + {b}" if r.op == "sum" else self.math(r.op, [a, b], dt, nonneg=False)
-
-        t = self.tmp("red")
-        n = sl.fragment.slots
-        self.line(f"// {r.op}(axis=1): {stm.slots} slots per thread onto {n} rows, then lanes "
-                  f"{'^'.join(map(str, sl.lanes)) or '(none)'}")
-        self.line(f"{ct} {t}[{n}];")
-        self.line("#pragma unroll")
-        self.line(f"for (int ag_r = 0; ag_r < {n}; ++ag_r) {t}[ag_r] = {ident};")
-        self.line("#pragma unroll")
-        self.open(f"for (int ag_s = 0; ag_s < {stm.slots}; ++ag_s)")
-        slot = render_layout(sl.slot_map, "ag_s")
-        self.line(f"{t}[{slot}] = {combine(f'{t}[{slot}]', self.ex(r.x, 'ag_s', stm, temps))};")
-        self.close()
-        if sl.lanes:
-            self.line("#pragma unroll")
-            self.open(f"for (int ag_r = 0; ag_r < {n}; ++ag_r)")
-            for m in sl.lanes:
-                self.line(f"{t}[ag_r] = {combine(f'{t}[ag_r]', f'__shfl_xor_sync(0xffffffffu, {t}[ag_r], {m})')};")
-            self.close()
-        self.red_layout[id(r)] = rows
-        return t
-
-    def ex(self, e: ir.Expr, i: str | int, tm: TileMap, loads: dict[int, str], top: bool = False,
+    def ex(self, e: ir.Expr, i: str | int, tm: TileMap, loads: dict, top: bool = False,
            pos: str | int | None = None) -> str:
         """Element `i` of tile expression `e` (in its compute type), or a scalar broadcast.
 
@@ -218,6 +234,24 @@ class Expressions:
                 return x
             return to_compute(dt, from_compute(dt, x))
 
+        if pos is None and self.broadcasts(e, tm.layout):  # broadcast (numpy's rules)
+            inner = self.broadcast_layout(tuple(e.type.shape), tm.layout)
+            if inner is None:
+                raise unsupported(f"a {list(e.type.shape)} tile in a {list(tm.layout.shape)} value", e.span)
+            if math.prod(e.type.shape) == 1:
+                return self.ex(e, 0, self.tilemap(inner), loads, top)
+            keep = unit_keep(tuple(e.type.shape), tuple(tm.layout.shape))
+            if keep is None:
+                keep = broadcast_keep(tuple(e.type.shape), tuple(tm.layout.shape))
+            return self._sliced(e, i, tm, loads, keep)
+
+        def temp(node) -> str | None:
+            hit = loads.get((id(node), tm.layout))
+            if hit is None:
+                return None
+            name, computed = hit
+            return f"{name}[{i}]" if computed else to_compute(dt, f"{name}[{i}]")
+
         if isinstance(e, ir.Var):
             lay = self.scope.layout(e.name)
             if lay is not None and lay.kind == "index":
@@ -230,12 +264,16 @@ class Expressions:
                 return self.ex(d, i, tm, loads, top, pos)
             if lay is None:
                 raise unsupported(f"register tile '{e.name}' here (no layout)", e.span)
-            if lay != tm.layout or pos is not None:
-                raise unsupported(f"register tile '{e.name}' in a value with another layout", e.span,
-                                  "converting between register layouts goes through shared memory: copy it there")
-            return to_compute(dt, f"{self.local(e.name)}[{i}]")
+            if pos is None and equivalent(lay, tm.layout):
+                return to_compute(dt, f"{self.local(e.name)}[{i}]")
+            if pos is None and (hit := temp(e)) is not None:
+                return hit
+            raise unsupported(f"register tile '{e.name}' in a value with another layout", e.span)
         if isinstance(e, ir.Load):
-            return to_compute(dt, f"{loads[id(e)]}[{i}]")
+            hit = temp(e)
+            if hit is None:
+                raise unsupported("a load read in a layout it was not loaded in", e.span)
+            return hit
         if isinstance(e, ir.Full):
             if isinstance(e.value, ir.Const) and isinstance(e.value.value, (int, float)):
                 return literal(e.value.value, dt) if not is_narrow_float(dt) else f"{float(e.value.value)!r}f"
@@ -246,10 +284,14 @@ class Expressions:
             return self.ex(e.x, i, tm, loads, top, pos)
         if isinstance(e, ir.Reshape):
             return self.broadcast(e, i, tm, loads, pos)
+        if isinstance(e, ir.Transpose):
+            return self.ex(e.x, i, self.tilemap(transposed_layout(tm.layout)), loads, top, pos)
         if isinstance(e, ir.Reduce):
-            if id(e) not in loads or self.red_layout.get(id(e)) != tm.layout:
-                raise unsupported("a row reduction used where its rows are not this thread's", e.span)
-            return f"{loads[id(e)]}[{i}]"
+            hit = loads.get((id(e), tm.layout))
+            if hit is None:
+                raise unsupported("a reduction read where its result is not held", e.span)
+            name, _ = hit
+            return f"{name}[{i}]"
         if isinstance(e, ir.Bin):
             a, b = go(e.a), go(e.b)
             return rounded(self.binop(e.op, a, b, dt, nonneg=False))
@@ -270,6 +312,39 @@ class Expressions:
                 return f"(({compute_type(dt)})({args[0]}))"
             return rounded(self.math(e.fn, args, dt, nonneg=False))
         raise unsupported(f"{type(e).__name__.lower()} on register tiles", e.span)
+
+    @staticmethod
+    def broadcasts(e: ir.Expr, lay: ir.RegLayout) -> bool:
+        """`e` is read in a value of more elements held in `lay`: a vector in a 2-D value, or one element.
+        (A [1, n] or [n, 1] part of a 2-D value is read at the value's slots: its x[None, :] / x[:, None]
+        does the slicing.)"""
+        shape = tuple(e.type.shape)
+        if shape == tuple(lay.shape):
+            return False
+        if len(shape) < len(lay.shape):
+            return True
+        elementwise = (ir.Reshape, ir.Bin, ir.Un, ir.Cmp, ir.Select, ir.Math, ir.Tag)
+        return (math.prod(shape) == 1 or unit_keep(shape, tuple(lay.shape)) is not None) and \
+            not isinstance(e, elementwise)
+
+    def broadcast_layout(self, shape: tuple[int, ...], lay: ir.RegLayout) -> ir.RegLayout | None:
+        """The layout a tile of `shape` is read in when it broadcasts into a value held in `lay`: one
+        element is held by every thread; a vector by the slice of `lay` along its axis."""
+        if math.prod(shape) == 1:
+            return ir.RegLayout("blocked", (1,), lay.threads, None, 1)
+        unit = unit_keep(tuple(shape), tuple(lay.shape))
+        if unit is not None:
+            return unit_layout(lay, unit)
+        keep = broadcast_keep(tuple(shape), tuple(lay.shape))
+        return slice_layout(lay, keep) if keep is not None else None
+
+    def _sliced(self, e: ir.Expr, i, tm: TileMap, loads: dict, keep: int) -> str:
+        """A vector `e` ([n], or [R, 1] / [1, C]) read by slot i of a 2-D tile it is broadcast into (along
+        axis `keep`): its value in the slice of the tile's layout, at the slice slot holding slot i's index."""
+        plan = reduction_plan(tm.layout, 1 - keep)
+        inner = self.broadcast_layout(tuple(e.type.shape), tm.layout) if len(e.type.shape) == 2 else \
+            slice_layout(tm.layout, keep)
+        return self.ex(e, render_layout(plan.slot_map, i), self.tilemap(inner), loads)
 
     def index_pure(self, e: ir.Expr) -> bool:
         """A tile computed from arange, constants and scalars only (no registers): any thread can
@@ -340,24 +415,18 @@ class Expressions:
         return {"<": f"({ra[1]} < {rb[0]})", "<=": f"({ra[1]} <= {rb[0]})",
                 ">": f"({ra[0]} > {rb[1]})", ">=": f"({ra[0]} >= {rb[1]})"}.get(cond.op)
 
-    def broadcast(self, e: ir.Reshape, i: str | int, tm: TileMap, loads: dict[int, str], pos) -> str:
-        """x[:, None] read by slot i of a 2-D tile: the row vector's value for the slot's row, from the
-        row slice of the tile's fragment (slot map of fragments.slice_fragment); x[None, :] of an index
-        tile: its value at the slot's column."""
+    def broadcast(self, e: ir.Reshape, i: str | int, tm: TileMap, loads: dict, pos) -> str:
+        """x[:, None] / x[None, :] read by slot i of a 2-D tile: the vector's value for the slot's row /
+        column, from the slice of the tile's layout (its slot map); an index tile (arange arithmetic)
+        is evaluated at the slot's row / column instead."""
         src, dst = e.x.type.shape, e.type.shape
-        if len(src) == 1 and len(dst) == 2 and dst == (src[0], 1) and pos is None and len(tm.layout.shape) == 2 \
-                and self.index_pure(e.x):
-            return self.ex(e.x, i, tm, loads, pos=tm.row(i))  # (r0 + arange(BM))[:, None]: the slot's row
-        if len(src) == 1 and len(dst) == 2 and dst == (src[0], 1) and pos is None and len(tm.layout.shape) == 2:
-            rows = rows_reg_layout(tm.layout)
-            if rows is None:
-                raise unsupported("a row broadcast (x[:, None]) into a tile whose rows are not held whole by "
-                                  "one warp (or warpgroup)", e.span)
-            return self.ex(e.x, render_layout(rows_slice(tm.layout).slot_map, i), self.tilemap(rows), loads)
-        if len(src) == 1 and len(dst) == 2 and dst == (1, src[0]) and pos is None and len(tm.layout.shape) == 2:
-            return self.ex(e.x, i, tm, loads, pos=tm.col(i))
-        raise unsupported(f"reshape {list(src)} -> {list(dst)} of a register tile", e.span,
-                          "x[:, None] of a row vector and x[None, :] of an index tile (arange) are supported")
+        keep = broadcast_keep(tuple(src), tuple(dst))
+        if keep is None or pos is not None or len(tm.layout.shape) != 2:
+            raise unsupported(f"reshape {list(src)} -> {list(dst)} of a register tile", e.span,
+                              "x[:, None] and x[None, :] of a 1-D tile are supported")
+        if self.index_pure(e.x):
+            return self.ex(e.x, i, tm, loads, pos=tm.row(i) if keep == 0 else tm.col(i))
+        return self._sliced(e.x, i, tm, loads, keep)
 
     # ---- scalars ----------------------------------------------------------------------------------
     def sx(self, e: ir.Expr) -> str:
@@ -436,7 +505,11 @@ class Expressions:
         table = {"exp": "expf" if f32 else "exp", "exp2": "exp2f" if f32 else "exp2",
                  "log": "logf" if f32 else "log", "log2": "log2f" if f32 else "log2",
                  "sqrt": "sqrtf" if f32 else "sqrt", "rsqrt": "rsqrtf" if f32 else "rsqrt",
+                 "tanh": "tanhf" if f32 else "tanh", "erf": "erff" if f32 else "erf",
                  "abs": "fabsf" if f32 else ("fabs" if dt.is_float else "abs")}
+        if fn in ("sigmoid", "silu", "gelu"):
+            self.features.add("activations")
+            return f"ag_{fn}(({ct})({args[0]}))"
         if fn not in table:
             raise unsupported(f"{fn}()", None)
         return f"{table[fn]}({args[0]})"

@@ -414,20 +414,86 @@ def load_into(em: Emitter, name: str, e: ir.Load, tm: TileMap) -> None:
         em.close()
         return
     gv = gview(em, e.ref)
+    v = min(tm.run if gv.contiguous else 1, max(1, 16 // dt.bytes))
     em.open("")
     gb = em.tmp("g")
     em.line(f"const long long {gb} = {gv.base()};")
+    ct = ctype(dt)
+    if v > 1:
+        # runs of v columns in one aligned vector load where the run lies inside the tensor
+        row_stride = em.stride(gv.tensor, gv.row_axis) if gv.row_axis is not None else "0"
+        em.line(f"const bool ag_aligned = (reinterpret_cast<unsigned long long>({gv.ptr}) & {v * dt.bytes - 1}) == 0 "
+                f"&& (((unsigned long long)({gb}) | (unsigned long long)({row_stride})) & {v - 1}) == 0;")
     em.line("#pragma unroll")
-    em.open(f"for (int ag_i = 0; ag_i < {tm.slots}; ++ag_i)")
+    em.open(f"for (int ag_j = 0; ag_j < {tm.slots // v}; ++ag_j)")
+    em.line(f"const int ag_i = ag_j * {v};")
     r, c = _rc(tm, "ag_i")
     em.line(f"const int ag_r = {r}, ag_c = {c};" if gv.row_axis is not None else f"const int ag_c = {c};  // one row")
     off = gv.offset(gb, "ag_r", "ag_c")
-    if e.masked:
-        em.line(f"{name}[ag_i] = ({gv.in_range('ag_r', 'ag_c')}) ? {gv.ptr}[{off}] : {from_compute(dt, '0')};")
+    zero = from_compute(dt, "0")
+    if v > 1:
+        whole = gv.in_range("ag_r", "ag_c", v) if e.masked else "true"
+        em.open(f"if (ag_aligned && {whole})")
+        em.line(f"const ag_vec<{ct}, {v}> ag_w = *reinterpret_cast<const ag_vec<{ct}, {v}>*>({gv.ptr} + {off});")
+        em.line("#pragma unroll")
+        em.line(f"for (int ag_u = 0; ag_u < {v}; ++ag_u) {name}[ag_i + ag_u] = ag_w.v[ag_u];")
+        em.depth -= 1
+        em.open("} else")
+        em.line("#pragma unroll")
+        em.open(f"for (int ag_u = 0; ag_u < {v}; ++ag_u)")
+        off_u = gv.offset(gb, "ag_r", "ag_c + ag_u")
+        if e.masked:
+            em.line(f"{name}[ag_i + ag_u] = ({gv.in_range('ag_r', 'ag_c + ag_u')}) ? {gv.ptr}[{off_u}] : {zero};")
+        else:
+            em.line(f"{name}[ag_i + ag_u] = {gv.ptr}[{off_u}];")
+        em.close()
+        em.close()
+    elif e.masked:
+        em.line(f"{name}[ag_i] = ({gv.in_range('ag_r', 'ag_c')}) ? {gv.ptr}[{off}] : {zero};")
     else:
         em.line(f"{name}[ag_i] = {gv.ptr}[{off}];")
     em.close()
     em.close()
+
+
+def open_runs(em: Emitter, gv: GView, tm: TileMap, v: int, elem_bytes: int) -> str:
+    """Open the loop over a thread's runs of v slots of a write to `gv` (by the first replica of each
+    element): `ag_aligned` (v > 1: the base pointer, the row stride and the start column allow v-element
+    accesses), then per run `ag_i` (its first slot), `ag_r` and `ag_c`; returns the base offset's name.
+    The caller closes the loop, the owner test (when tm.replicas > 1) and the block."""
+    em.open("")
+    gb = em.tmp("g")
+    em.line(f"const long long {gb} = {gv.base()};")
+    if v > 1:
+        # a vector access needs an aligned address: the base pointer, the row stride and the start column
+        row_stride = em.stride(gv.tensor, gv.row_axis) if gv.row_axis is not None else "0"
+        em.line(f"const bool ag_aligned = (reinterpret_cast<unsigned long long>({gv.ptr}) & {v * elem_bytes - 1}) == 0 "
+                f"&& (((unsigned long long)({gb}) | (unsigned long long)({row_stride})) & {v - 1}) == 0;")
+    if tm.replicas > 1:
+        em.open(f"if ({tm.owner()})")
+    em.line("#pragma unroll")
+    em.open(f"for (int ag_j = 0; ag_j < {tm.slots // v}; ++ag_j)")
+    em.line(f"const int ag_i = ag_j * {v};")
+    r, c = _rc(tm, "ag_i")
+    em.line(f"const int ag_r = {r}, ag_c = {c};" if gv.row_axis is not None else f"const int ag_c = {c};  // one row")
+    return gb
+
+
+def written_value(em: Emitter, value: ir.Expr, dt, slot: str, tm: TileMap, loads: dict) -> str:
+    """Slot `slot` of a store-like statement's value (a tile, or a scalar for every slot), as `dt`."""
+    if not isinstance(value.type, TileT):
+        return from_compute(dt, em.sx(value))
+    return from_compute(dt, em.ex(value, slot, tm, loads, top=True))
+
+
+def masked_condition(em: Emitter, mask: ir.Expr | None, cond: str, slots: list[str], tm: TileMap,
+                     loads: dict) -> str:
+    """`cond` and, with a where= mask, the mask at every one of `slots` (a scalar mask once)."""
+    if mask is None:
+        return cond
+    if not isinstance(mask.type, TileT):
+        return f"{cond} && {em.sx(mask)}"
+    return " && ".join([cond, *(em.ex(mask, k, tm, loads) for k in slots)])
 
 
 def store(em: Emitter, s: ir.Store) -> None:
@@ -452,34 +518,14 @@ def store(em: Emitter, s: ir.Store) -> None:
     ct = ctype(dt)
     ptr = gv.ptr
     em.line(f"// store {tm.slots} elements per thread, in runs of {v}")
-    em.open("")
-    gb = em.tmp("g")
-    em.line(f"const long long {gb} = {gv.base()};")
-    if v > 1:
-        # a vector store needs an aligned address: the base pointer, the row stride and the start column
-        row_stride = em.stride(gv.tensor, gv.row_axis) if gv.row_axis is not None else "0"
-        em.line(f"const bool ag_aligned = (reinterpret_cast<unsigned long long>({ptr}) & {v * dt.bytes - 1}) == 0 && "
-                f"(((unsigned long long)({gb}) | (unsigned long long)({row_stride})) & {v - 1}) == 0;")
-    if tm.replicas > 1:
-        em.open(f"if ({tm.owner()})")
-    em.line("#pragma unroll")
-    em.open(f"for (int ag_j = 0; ag_j < {tm.slots // v}; ++ag_j)")
-    em.line(f"const int ag_i = ag_j * {v};")
-    r, c = _rc(tm, "ag_i")
-    em.line(f"const int ag_r = {r}, ag_c = {c};" if gv.row_axis is not None else f"const int ag_c = {c};  // one row")
+    gb = open_runs(em, gv, tm, v, dt.bytes)
     off = gv.offset(gb, "ag_r", "ag_c")
 
     def value(k: str) -> str:
-        if not isinstance(s.value.type, TileT):
-            return from_compute(dt, em.sx(s.value))
-        return from_compute(dt, em.ex(s.value, k, tm, loads, top=True))
+        return written_value(em, s.value, dt, k, tm, loads)
 
     def where(cond: str, slots: list[str]) -> str:
-        if mask is None:
-            return cond
-        if not isinstance(mask.type, TileT):
-            return f"{cond} && {em.sx(mask)}"
-        return " && ".join([cond, *(em.ex(mask, k, tm, loads) for k in slots)])
+        return masked_condition(em, mask, cond, slots, tm, loads)
 
     if v > 1:
         cond = where(gv.in_range("ag_r", "ag_c", v) if s.masked else "true", [f"ag_i + {u}" for u in range(v)])

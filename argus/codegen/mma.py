@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from argus.codegen.emit import Emitter
 
 _WGMMA_MODE = {128: 1, 64: 2, 32: 3}
+_PTX_TYPE = {"bf16": "bf16", "f16": "f16", "f8e4m3": "e4m3", "f8e5m2": "e5m2"}
 
 
 def emit(em: Emitter, name: str, m: ir.Mma, tm: TileMap) -> None:
@@ -56,8 +57,15 @@ def emit(em: Emitter, name: str, m: ir.Mma, tm: TileMap) -> None:
         raise unsupported("mma operands in registers or global memory", m.span,
                           "keep B in a shared buffer; A may be a shared buffer or a register tile")
     ab = m.a.type.dtype if a_regs else m.a.dtype
-    if ab.name not in ("bf16", "f16") or m.b.dtype != ab:
-        raise unsupported(f"mma on {ab} x {m.b.dtype} operands", m.span, "bf16 and f16 are supported")
+    if ab.name not in ("bf16", "f16", "f8e4m3", "f8e5m2") or m.b.dtype != ab:
+        raise unsupported(f"mma on {ab} x {m.b.dtype} operands", m.span, "bf16, f16 and fp8 (e4m3, e5m2) are supported")
+    if ab.bytes == 1:
+        if a_regs:
+            raise unsupported("an fp8 mma with its A operand in registers", m.span, "keep A in a shared buffer")
+        if m.a.transposed or not m.b.transposed:
+            # 8-bit MMAs read both operands K-major (no transposed form of wgmma / ldmatrix for bytes)
+            raise unsupported("an fp8 mma whose operands are not both K-major", m.span,
+                              "store A as [M, K] and B as [N, K] (a linear layer's weight) and pass b_s.T")
     if tm.layout.kind != "mma" or tm.layout.mma != lay:
         raise unsupported("an mma whose result has another register layout", m.span)
     acc = m.acc
@@ -161,14 +169,17 @@ def _wgmma(em: Emitter, name: str, m: ir.Mma, a: SView | str, b: SView) -> None:
         raise unsupported(f"wgmma N={inst_n} that is not a multiple of the {b.buf.alloc.swizzle}B swizzle row of B",
                            span, "make each warpgroup's share of BN a multiple of the swizzle row (64 for bf16, 128B)")
     ab = m.b.dtype.name
-    if a_regs:
+    kstep = lay.inst_shape[2]
+    if m.b.dtype.bytes == 1:
+        fn, body = wgmma_function(inst_n, _PTX_TYPE[ab])
+    elif a_regs:
         fn, body = wgmma_rs_function(inst_n, ab, 0 if b.transposed else 1)
     else:
         fn, body = wgmma_function(inst_n, ab, int(a.transposed), 0 if b.transposed else 1)
     em.extra.setdefault(fn, body)
     em.features.update({"wgmma", "proxy-fence"})
     regs = inst_n // 2
-    em.line(f"// wgmma m64n{inst_n}k16 x {kk // 16} k-steps; warpgroups {gm}x{gn}, each {per_m}x{per_n} "
+    em.line(f"// wgmma m64n{inst_n}k{kstep} x {kk // kstep} k-steps; warpgroups {gm}x{gn}, each {per_m}x{per_n} "
             f"({ma}x{na} instructions){'; A from registers' if a_regs else ''}")
     em.open("")
     wm = "" if a_regs else f"ag_wm = ag_wg % {gm}, "  # a register A needs no M offset: its rows are this warpgroup's
@@ -177,7 +188,7 @@ def _wgmma(em: Emitter, name: str, m: ir.Mma, a: SView | str, b: SView) -> None:
     em.line(f"for (int ag_i = 0; ag_i < {regs * ma * na}; ++ag_i) ag_reg_fence({name}[ag_i]);")
     em.line("ag_wgmma_fence();")
     em.line("#pragma unroll")
-    em.open(f"for (int ag_k = 0; ag_k < {kk // 16}; ++ag_k)")
+    em.open(f"for (int ag_k = 0; ag_k < {kk // kstep}; ++ag_k)")
     em.line("#pragma unroll")
     em.open(f"for (int ag_mi = 0; ag_mi < {ma}; ++ag_mi)")
     em.line("#pragma unroll")
@@ -185,7 +196,7 @@ def _wgmma(em: Emitter, name: str, m: ir.Mma, a: SView | str, b: SView) -> None:
     if a_regs:
         b_addr = b.addr("ag_k * 16", f"ag_wn * {per_n} + ag_ni * {inst_n}", swizzled=False)
     else:
-        a_addr, b_addr = wgmma_operand_addrs(a, b, per_m, per_n, inst_n)
+        a_addr, b_addr = wgmma_operand_addrs(a, b, per_m, per_n, inst_n, kstep)
         a_mode = _WGMMA_MODE[a.buf.alloc.swizzle]
         em.line(f"const ag_u64 ag_da = ag_wgmma_desc({a_addr}, {a_lbo}u, {a_sbo}u, {a_mode}u);")
     em.line(f"const ag_u64 ag_db = ag_wgmma_desc({b_addr}, {b_lbo}u, {b_sbo}u, {_WGMMA_MODE[b.buf.alloc.swizzle]}u);")
@@ -207,11 +218,12 @@ def _wgmma(em: Emitter, name: str, m: ir.Mma, a: SView | str, b: SView) -> None:
     em.close()
 
 
-def wgmma_operand_addrs(a: SView, b: SView, per_m: int, per_n: int, inst_n: int) -> tuple[str, str]:
+def wgmma_operand_addrs(a: SView, b: SView, per_m: int, per_n: int, inst_n: int,
+                        kstep: int = 16) -> tuple[str, str]:
     """Descriptor start addresses (pre-swizzle: the hardware swizzles address bits) of the A and B
     operands of instruction (ag_mi, ag_ni) at k-step ag_k for warpgroup (ag_wm, ag_wn)."""
-    a_addr = a.addr(f"ag_wm * {per_m} + ag_mi * 64", "ag_k * 16", swizzled=False)
-    b_addr = b.addr("ag_k * 16", f"ag_wn * {per_n} + ag_ni * {inst_n}", swizzled=False)
+    a_addr = a.addr(f"ag_wm * {per_m} + ag_mi * 64", f"ag_k * {kstep}", swizzled=False)
+    b_addr = b.addr(f"ag_k * {kstep}", f"ag_wn * {per_n} + ag_ni * {inst_n}", swizzled=False)
     return a_addr, b_addr
 
 
@@ -228,23 +240,23 @@ def _strides(sv: SView, major: str) -> tuple[int, int]:
     return wgmma_descriptor_strides(contiguous, other, "MN", buf.elem_bytes, buf.alloc.swizzle)
 
 
-def ldmatrix_a_addr(a: SView, tile_m: int) -> str:
+def ldmatrix_a_addr(a: SView, tile_m: int, kstep: int = 16) -> str:
     """Lane ag_l's row address for A fragment ag_mi at k-step ag_k of warp row ag_wm. Matrix q = lane / 8
-    holds rows (q % 2) * 8.. and k (q / 2) * 8..; a lane names one stored row of its matrix: an m row
-    (A stored [M, K]) or, for .trans, a k row (A stored [K, M])."""
-    m0, k0 = f"ag_wm * {tile_m} + ag_mi * 16", "ag_k * 16"
+    holds rows (q % 2) * 8.. and k (q / 2) * 8.. (16 bytes: kstep / 2 elements); a lane names one stored
+    row of its matrix: an m row (A stored [M, K]) or, for .trans, a k row (A stored [K, M])."""
+    m0, k0 = f"ag_wm * {tile_m} + ag_mi * 16", f"ag_k * {kstep}"
     if a.transposed:
         return a.addr(f"{m0} + ((ag_l >> 3) & 1) * 8", f"{k0} + (ag_l >> 4) * 8 + (ag_l & 7)")
-    return a.addr(f"{m0} + (ag_l & 15)", f"{k0} + (ag_l >> 4) * 8")
+    return a.addr(f"{m0} + (ag_l & 15)", f"{k0} + (ag_l >> 4) * {kstep // 2}")
 
 
-def ldmatrix_b_addr(b: SView, tile_n: int) -> str:
+def ldmatrix_b_addr(b: SView, tile_n: int, kstep: int = 16) -> str:
     """Lane ag_l's row address for B fragments 2 * ag_nj, 2 * ag_nj + 1 at k-step ag_k of warp column
-    ag_wn. Matrix q holds k (q % 2) * 8.. and n (q / 2) * 8..; a lane names a k row (B stored [K, N], read
-    with .trans) or an n row (B stored [N, K])."""
-    k0, n0 = "ag_k * 16", f"ag_wn * {tile_n} + ag_nj * 16"
+    ag_wn. Matrix q holds k (q % 2) * 8.. (16 bytes: kstep / 2 elements) and n (q / 2) * 8..; a lane names a
+    k row (B stored [K, N], read with .trans) or an n row (B stored [N, K])."""
+    k0, n0 = f"ag_k * {kstep}", f"ag_wn * {tile_n} + ag_nj * 16"
     if b.transposed:
-        return b.addr(f"{k0} + ((ag_l >> 3) & 1) * 8", f"{n0} + (ag_l >> 4) * 8 + (ag_l & 7)")
+        return b.addr(f"{k0} + ((ag_l >> 3) & 1) * {kstep // 2}", f"{n0} + (ag_l >> 4) * 8 + (ag_l & 7)")
     return b.addr(f"{k0} + ((ag_l >> 3) & 1) * 8 + (ag_l & 7)", f"{n0} + (ag_l >> 4) * 8")
 
 
@@ -262,15 +274,20 @@ def _mma_sync(em: Emitter, name: str, m: ir.Mma, a: SView | str, b: SView) -> No
     for sv in (b,) if a_regs else (a, b):
         if (sv.buf.cols * sv.buf.elem_bytes) % 16:
             raise unsupported("ldmatrix from a buffer whose rows are not a multiple of 16 bytes", m.span)
-    em.features.update({"mma.sync"})
-    mma_fn = f"ag_mma_m16n8k16_{m.b.dtype.name}"
-    em.line(f"// mma.sync m16n8k16 x {kk // 16} k-steps; warps {wm_}x{wn_}, each {tm_}x{tn_} "
+    kstep = lay.inst_shape[2]
+    if m.b.dtype.bytes == 1:
+        em.features.update({"mma.sync", "mma.sync.fp8"})
+        mma_fn = f"ag_mma_m16n8k32_{_PTX_TYPE[m.b.dtype.name]}"
+    else:
+        em.features.update({"mma.sync"})
+        mma_fn = f"ag_mma_m16n8k16_{m.b.dtype.name}"
+    em.line(f"// mma.sync m16n8k{kstep} x {kk // kstep} k-steps; warps {wm_}x{wn_}, each {tm_}x{tn_} "
             f"({mi_n}x{ni_n} instructions){'; A from registers' if a_regs else ''}")
     em.open("")
     em.line(f"const int ag_w = {em.scope.tid} >> 5, ag_l = ag_tid & 31;")
     em.line(f"const int {'' if a_regs else f'ag_wm = ag_w % {wm_}, '}ag_wn = ag_w / {wm_};")
     em.line("#pragma unroll")
-    em.open(f"for (int ag_k = 0; ag_k < {kk // 16}; ++ag_k)")
+    em.open(f"for (int ag_k = 0; ag_k < {kk // kstep}; ++ag_k)")
     if a_regs:
         em.line(f"ag_u32 ag_bf[{ni_n}][2];")
     else:
@@ -278,13 +295,13 @@ def _mma_sync(em: Emitter, name: str, m: ir.Mma, a: SView | str, b: SView) -> No
         # A (m, k): matrix q = lane / 8 covers rows (q % 2) * 8.., k (q / 2) * 8..
         em.line("#pragma unroll")
         em.open(f"for (int ag_mi = 0; ag_mi < {mi_n}; ++ag_mi)")
-        a_addr = ldmatrix_a_addr(a, tm_)
+        a_addr = ldmatrix_a_addr(a, tm_, kstep)
         em.line(f"ag_ldmatrix_x4{'_trans' if a.transposed else ''}(ag_af[ag_mi], {a_addr});")
         em.close()
     # B (k, n): matrix q covers k (q % 2) * 8.., n (q / 2) * 8..: two n8 tiles per ldmatrix.x4
     trans_b = "" if b.transposed else "_trans"
     pairs, odd = ni_n // 2, ni_n % 2
-    b_addr = ldmatrix_b_addr(b, tn_)
+    b_addr = ldmatrix_b_addr(b, tn_, kstep)
     if pairs:
         em.line("#pragma unroll")
         em.open(f"for (int ag_nj = 0; ag_nj < {pairs}; ++ag_nj)")

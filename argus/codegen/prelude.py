@@ -72,6 +72,20 @@ AG_MMA_M16N8K16(ag_mma_m16n8k16_bf16, "bf16")
 AG_MMA_M16N8K16(ag_mma_m16n8k16_f16, "f16")
 """
 
+MMA_SYNC_FP8 = r"""
+// d (16x8 f32) += a (16x32 fp8) @ b (32x8 fp8), both K-major (sm_89+); the registers hold bytes where the
+// 16-bit form holds pairs, so ldmatrix (non-transposed) loads them as it loads bf16.
+#define AG_MMA_M16N8K32(NAME, AB)                                                                          \
+  __device__ __forceinline__ void NAME(float* d, const ag_u32 (&a)[4], const ag_u32 (&b)[2]) {             \
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." AB "." AB ".f32 "                                \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                          \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                          \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                      \
+  }
+AG_MMA_M16N8K32(ag_mma_m16n8k32_e4m3, "e4m3")
+AG_MMA_M16N8K32(ag_mma_m16n8k32_e5m2, "e5m2")
+"""
+
 WGMMA = r"""
 // wgmma shared-memory matrix descriptor: start, leading / stride byte offsets (>> 4), swizzle mode.
 __device__ __forceinline__ ag_u64 ag_wgmma_desc(ag_u32 addr, ag_u32 lbo, ag_u32 sbo, ag_u32 mode) {
@@ -177,9 +191,33 @@ template <int N> __device__ __forceinline__ void ag_setmaxnreg_dec() {
 }
 """
 
+ACTIVATIONS = r"""
+// Activation functions, as the interpreter (and torch) define them: accurate expf / erff, no fast paths.
+__device__ __forceinline__ float ag_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ double ag_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ float ag_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ double ag_silu(double x) { return x / (1.0 + exp(-x)); }
+__device__ __forceinline__ float ag_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ double ag_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }
+"""
+
+ARGREDUCE = r"""
+// argmax / argmin: does (v, i) beat (w, j)? NumPy's order: the first index among equals, NaN beats all
+// (x != x only for a float NaN).
+template <typename T> __device__ __forceinline__ bool ag_arg_better_max(T v, int i, T w, int j) {
+  if (v != v) return w == w || i < j;
+  return w == w && (v > w || (v == w && i < j));
+}
+template <typename T> __device__ __forceinline__ bool ag_arg_better_min(T v, int i, T w, int j) {
+  if (v != v) return w == w || i < j;
+  return w == w && (v < w || (v == w && i < j));
+}
+"""
+
 GROUPS: tuple[tuple[str, str], ...] = (
     ("cp.async", CP_ASYNC),
     ("mma.sync", MMA_SYNC),
+    ("mma.sync.fp8", MMA_SYNC_FP8),
     ("wgmma", WGMMA),
     ("proxy-fence", PROXY_FENCE),
     ("mbarrier", MBARRIER),
@@ -187,20 +225,27 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("setmaxnreg", SETMAXNREG),
     ("pack", PACK),
     ("ex2", EX2),
+    ("activations", ACTIVATIONS),
+    ("argreduce", ARGREDUCE),
 )
 
 
-def wgmma_function(n: int, ab: str, trans_a: int, trans_b: int) -> tuple[str, str]:
-    """(name, definition) of one wgmma.m64nNk16 f32 += ab*ab with both operands from descriptors."""
-    name = f"ag_wgmma_m64n{n}k16_{ab}_t{trans_a}{trans_b}"
+def wgmma_function(n: int, ab: str, trans_a: int = 0, trans_b: int = 0) -> tuple[str, str]:
+    """(name, definition) of one wgmma f32 += ab*ab with both operands from descriptors: m64nNk16 for
+    16-bit `ab` (with its transpose operands), m64nNk32 for 8-bit e4m3 / e5m2 (K-major only: no
+    transpose operands)."""
+    eight = ab in ("e4m3", "e5m2")
+    k = 32 if eight else 16
+    name = f"ag_wgmma_m64n{n}k32_{ab}" if eight else f"ag_wgmma_m64n{n}k16_{ab}_t{trans_a}{trans_b}"
     regs = n // 2
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     dlist = ", ".join(f"%{i}" for i in range(regs))
+    trans = "" if eight else f", {trans_a}, {trans_b}"
     body = (
         f"__device__ __forceinline__ void {name}(float* d, ag_u64 da, ag_u64 db) {{\n"
         f'  asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
-        f'               " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} "\n'
-        f'               "{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1, {trans_a}, {trans_b};\\n}}\\n"\n'
+        f'               " wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ab}.{ab} "\n'
+        f'               "{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1{trans};\\n}}\\n"\n'
         f"               : {outs}\n"
         f'               : "l"(da), "l"(db), "r"(1));\n'
         "}\n"

@@ -22,7 +22,7 @@ import numpy as np
 from argus.codegen.cexpr import c_add, render_layout
 from argus.ir import nodes as ir
 from argus.ir.fragments import Fragment
-from argus.ir.passes.layouts import fragment_of
+from argus.ir.reg_layout import fragment_of
 from argus.ir.threads import replica_modes
 
 

@@ -47,7 +47,7 @@ MAX_THREADS = 1024
 NAMED_CONSTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi}
 # Builtins that are statements (their value is None); anything else used as a statement is an error.
 STATEMENT_BUILTINS = {"copy", "copy_async", "copy_bulk", "commit", "wait_async", "barrier", "store",
-                      "arrive", "wait", "expect_tx", "assert_tag", "assume"}
+                      "arrive", "wait", "expect_tx", "assert_tag", "assume", "atomic_add"}
 ITERATORS = {"range", "pipeline", "unroll", "persistent"}
 
 
@@ -911,7 +911,9 @@ def _reduce(kind: str):
             raise c.err("rank", f"axis {ax} is out of range for {_fmt(t)}", ak.value)
         ax %= len(t.shape)
         shape = t.shape[:ax] + t.shape[ax + 1:]
-        return TileT(t.dtype, shape or (1,), "reg")
+        if kind == "argmax" and t.dtype == BOOL:
+            raise c.err("type", "argmax() needs a numeric tile", e.args[0])
+        return TileT(I32 if kind == "argmax" else t.dtype, shape or (1,), "reg")
     return f
 
 
@@ -923,7 +925,10 @@ def _unary_math(kind: str):
             if id(e.args[0]) in c.consts:
                 v = c.consts[id(e.args[0])]
                 fn = {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2,
-                      "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x), "abs": abs}[kind]
+                      "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x), "abs": abs, "tanh": math.tanh,
+                      "erf": math.erf, "sigmoid": lambda x: 1 / (1 + math.exp(-x)),
+                      "silu": lambda x: x / (1 + math.exp(-x)),
+                      "gelu": lambda x: 0.5 * x * (1 + math.erf(x / math.sqrt(2)))}[kind]
                 try:
                     return c.set(e, ScalarT(F32 if kind != "abs" else t.dtype, True), fn(v), True)
                 except (ValueError, ZeroDivisionError, OverflowError):
@@ -1184,11 +1189,16 @@ def _mbar_op(kind: str):
     return f
 
 
-def _store(c: _Checker, e: ast.Call) -> Type:
+def _store(c: _Checker, e: ast.Call, kind: str = "store") -> Type:
     c.args(e, 2, 2, ("masked", "where"))
-    dst = c.tile_arg(e.args[0], "store's destination", ("global",))
+    dst = c.tile_arg(e.args[0], f"{kind}'s destination", ("global",) if kind == "atomic_add" else ("global", "shared"))
     v = c.expr(e.args[1])
     w = e.kw("where")
+    if dst.space == "shared" and w is not None:
+        raise c.err("type", "store into shared memory takes no where= mask", w.value,
+                    "select(mask, value, old) in registers, then store the whole tile")
+    if kind == "atomic_add" and dst.dtype.name not in ("f32", "bf16"):
+        raise c.err("type", f"atomic_add accumulates into f32 or bf16 tensors, not {dst.dtype}", e.args[0])
     if w is not None:
         mt = c.expr(w.value)
         if not (isinstance(mt, (ScalarT, TileT)) and (not isinstance(mt, TileT) or mt.space == "reg")
@@ -1201,20 +1211,27 @@ def _store(c: _Checker, e: ast.Call) -> Type:
                         f"{shape_str(dst.shape)}", w.value, "use m[:, None] or m[None, :] to add a unit axis")
     if isinstance(v, TileT):
         if v.shape != dst.shape:
-            raise c.err("shape", f"store: destination {shape_str(dst.shape)} and value {shape_str(v.shape)} differ",
-                        e)
+            raise c.err("shape", f"{kind}: destination {shape_str(dst.shape)} and value {shape_str(v.shape)} "
+                        "differ", e)
         if v.dtype != dst.dtype:
-            raise c.err("type", f"store: destination is {dst.dtype} but the value is {v.dtype}", e.args[1],
+            raise c.err("type", f"{kind}: destination is {dst.dtype} but the value is {v.dtype}", e.args[1],
                         f"convert first: cast(x, {dst.dtype})")
     elif not isinstance(v, ScalarT):
-        raise c.err("type", f"store's value must be a tile or a scalar, got {_fmt(v)}", e.args[1])
+        raise c.err("type", f"{kind}'s value must be a tile or a scalar, got {_fmt(v)}", e.args[1])
     _masked(c, e)
     base = e.args[0]
     while isinstance(base, ast.Subscript):
         base = base.value
-    if isinstance(base, ast.Name) and base.id not in c.outputs:
+    if dst.space == "global" and isinstance(base, ast.Name) and base.id not in c.outputs:
         c.outputs.append(base.id)
+    if kind == "atomic_add":  # it adds to what the tensor holds: an input as well
+        _note_read(c, e.args[0])
     return NONE
+
+
+def _atomic_add(c: _Checker, e: ast.Call) -> Type:
+    """atomic_add(T[tile], value, where=m): T[i] += value[i] atomically, for f32 / bf16 global tensors."""
+    return _store(c, e, "atomic_add")
 
 
 def _mma(c: _Checker, e: ast.Call) -> Type:
@@ -1358,15 +1375,17 @@ BUILTINS = {
     "block_id": _index_fn("block_id"), "num_blocks": _index_fn("num_blocks"),
     "thread_id": _index_fn("thread_id"), "warp_id": _index_fn("warp_id"), "lane_id": _index_fn("lane_id"),
     "warpgroup_id": _index_fn("warpgroup_id"),
-    "cdiv": _cdiv, "min": _minmax("min"), "max": _minmax("max"), "sum": _reduce("sum"),
+    "cdiv": _cdiv, "min": _minmax("min"), "max": _minmax("max"), "sum": _reduce("sum"), "argmax": _reduce("argmax"),
     "exp": _unary_math("exp"), "exp2": _unary_math("exp2"), "log": _unary_math("log"),
     "log2": _unary_math("log2"), "sqrt": _unary_math("sqrt"), "rsqrt": _unary_math("rsqrt"),
-    "abs": _unary_math("abs"), "cast": _cast, "select": _select,
+    "abs": _unary_math("abs"), "tanh": _unary_math("tanh"), "erf": _unary_math("erf"),
+    "sigmoid": _unary_math("sigmoid"), "gelu": _unary_math("gelu"), "silu": _unary_math("silu"),
+    "cast": _cast, "select": _select,
     "shared": _shared, "zeros": _zeros, "full": _full, "arange": _arange, "load": _load,
     "copy": _copy("copy"), "copy_async": _copy("copy_async"), "copy_bulk": _copy("copy_bulk"),
     "commit": _commit, "wait_async": _wait_async, "barrier": _barrier,
     "mbarrier": _mbarrier, "arrive": _mbar_op("arrive"), "wait": _mbar_op("wait"),
-    "expect_tx": _mbar_op("expect_tx"), "store": _store, "mma": _mma, "shfl_xor": _shfl,
+    "expect_tx": _mbar_op("expect_tx"), "store": _store, "atomic_add": _atomic_add, "mma": _mma, "shfl_xor": _shfl,
     "tag": _tag, "assert_tag": _assert_tag, "layout": _layout, "compose": _compose, "swizzle": _swizzle,
 }
 

@@ -16,7 +16,7 @@ REFERENCE_NAMES = frozenset({
     "exp", "exp2", "log", "sqrt", "abs", "tanh", "max", "min", "sum", "mean", "maximum", "minimum", "where",
     "transpose", "swapaxes", "reshape", "arange", "zeros", "ones", "full", "softmax", "topk", "silu",
     "take_along_axis", "repeat", "einsum", "causal_mask", "triu", "tril", "matmul", "sigmoid", "one_hot",
-    "float", "int", "expert_of_rows",
+    "float", "int", "expert_of_rows", "erf", "gelu", "argmax",
 })
 
 
@@ -40,6 +40,15 @@ def _tables():
     def _silu(x):
         return x / (1.0 + np.exp(-x))
 
+    def _erf(x):
+        import math
+
+        a = np.asarray(x, dtype=np.float64)
+        return np.vectorize(math.erf, otypes=[np.float64])(a) if a.ndim else math.erf(float(a))
+
+    def _gelu(x):  # the exact (erf) form, torch's default
+        return 0.5 * x * (1.0 + _erf(np.asarray(x, dtype=np.float64) / np.sqrt(2.0)))
+
     def _expert_of_rows(offs, m):
         """Expert of each of m sorted rows, from expert offsets (expert e owns rows offs[e]..offs[e+1])."""
         offs = np.asarray(offs, dtype=np.int64)
@@ -61,7 +70,8 @@ def _tables():
         "repeat": np.repeat, "einsum": np.einsum, "causal_mask": _causal_mask, "triu": np.triu,
         "tril": np.tril, "matmul": np.matmul, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
         "one_hot": lambda idx, n: np.eye(int(n))[np.asarray(idx, dtype=np.int64)],
-        "float": float, "int": int, "expert_of_rows": _expert_of_rows,
+        "float": float, "int": int, "expert_of_rows": _expert_of_rows, "erf": _erf, "gelu": _gelu,
+        "argmax": np.argmax,
     }
 
     binops = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "//": np.floor_divide,

@@ -17,6 +17,7 @@ Faithful where it matters for correctness:
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -177,6 +178,8 @@ class BlockMachine:
             self.epoch += 1
         elif isinstance(s, ir.Store):
             self.store(s)
+        elif isinstance(s, ir.AtomicAdd):
+            self.atomic_add(s)
         elif isinstance(s, ir.For):
             start, stop, step = (int(self.scalar(x)) for x in (s.start, s.stop, s.step))
             for v in range(start, stop, step):
@@ -322,7 +325,7 @@ class BlockMachine:
     def _holders(self, layout: ir.RegLayout, shape: tuple[int, ...], owner_only: bool) -> np.ndarray:
         """Threads holding each element of a register tile in `layout` (argus.ir.threads.Holders: the
         verifier's and the code generator's distribution)."""
-        from argus.ir.passes.layouts import fragment_of
+        from argus.ir.reg_layout import fragment_of
 
         return Holders(fragment_of(layout), len(shape) == 1, owner_only).table(shape)
 
@@ -394,13 +397,18 @@ class BlockMachine:
             return -1 - self.role_accesses
         return self.epoch
 
-    def store(self, s: ir.Store) -> None:
+    def _written(self, s: ir.Store | ir.AtomicAdd):
+        """The value a store or atomic add writes (shared memory read into it by the threads of its
+        layout), and its destination resolved: (value, array, index, tile shape, tile index)."""
         self.reading_layout = s.layout
         try:
             value = self.eval(s.value)
         finally:
             self.reading_layout = None
-        arr, src, shape, dst = self.resolve(s.dst, s.span, masked=s.masked, for_write=True)
+        return (value, *self.resolve(s.dst, s.span, masked=s.masked, for_write=True))
+
+    def store(self, s: ir.Store) -> None:
+        value, arr, src, shape, dst = self._written(s)
         if self.shadow is not None and self.store_counts is not None:
             counts = self.store_counts.setdefault(s.dst.base, np.zeros(arr.shape, np.int32))
         value = np.broadcast_to(round_to(value, s.dst.dtype), shape)
@@ -420,6 +428,19 @@ class BlockMachine:
             counts[src] += k
         view = arr[src]
         view[k] = value[dst][k]
+        arr[src] = view
+
+    def atomic_add(self, s: ir.AtomicAdd) -> None:
+        """dst += value where written (masked, where=), rounded to dst's type after the addition as the
+        GPU's atomic does; not counted as a write (many adds to one element are the point)."""
+        value, arr, src, shape, dst = self._written(s)
+        value = np.broadcast_to(np.asarray(value, np.float32), shape)
+        keep = np.ones(shape, bool) if s.mask is None else np.broadcast_to(np.asarray(self.eval(s.mask), bool), shape)
+        if s.dst.transposed:
+            value, keep = value.T, keep.T
+        view = arr[src]
+        k = keep[dst]
+        view[k] = round_to(view[k].astype(np.float32) + value[dst][k], s.dst.dtype)
         arr[src] = view
 
     # ---- expressions ----
@@ -495,7 +516,9 @@ class BlockMachine:
             out = (np.minimum if fn == "min" else np.maximum)(*args)
             return round_to(out, e.type.dtype)
         f = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
-             "rsqrt": lambda x: 1.0 / np.sqrt(x), "abs": np.abs}[fn]
+             "rsqrt": lambda x: 1.0 / np.sqrt(x), "abs": np.abs, "tanh": np.tanh, "erf": erf,
+             "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "silu": lambda x: x / (1.0 + np.exp(-x)),
+             "gelu": lambda x: 0.5 * x * (1.0 + erf(x * np.float32(0.7071067811865476)))}[fn]
         with np.errstate(all="ignore"):
             out = f(np.asarray(args[0], dtype=np.float32) if fn != "abs" else args[0])
         if isinstance(e.type, TileT):
@@ -504,7 +527,7 @@ class BlockMachine:
 
     def _e_Reduce(self, e: ir.Reduce):
         x = self.eval(e.x)
-        f = {"sum": np.sum, "max": np.max, "min": np.min}[e.op]
+        f = {"sum": np.sum, "max": np.max, "min": np.min, "argmax": np.argmax}[e.op]
         out = f(x, axis=e.axis)
         return round_to(np.reshape(out, e.type.shape), e.type.dtype)
 
@@ -542,6 +565,12 @@ class BlockMachine:
 
     def _e_Tag(self, e: ir.Tag):
         return self.eval(e.x)
+
+
+def erf(x):
+    """The error function elementwise (NumPy has none): math.erf per element, in x's precision."""
+    a = np.asarray(x)
+    return np.vectorize(math.erf, otypes=[np.float64])(a).astype(a.dtype) if a.ndim else math.erf(float(a))
 
 
 def _binop(op: str, a, b, e: ir.Expr):

@@ -458,7 +458,7 @@ def slice_fragment(f: Fragment, keep: int) -> Slice:
     if keep not in (0, 1):
         raise ValueError("keep must be 0 (rows) or 1 (columns)")
     kept, red = (f.row, f.col) if keep == 0 else (f.col, f.row)
-    t_modes, s_modes = _modes(kept[0], red[0]), _modes(kept[1], red[1])
+    t_modes = _modes(kept[0], red[0])
     t_shape, t_stride, lanes, prefix = [], [], [], 1
     for size, k, r in t_modes:
         if k and r:
@@ -471,9 +471,20 @@ def slice_fragment(f: Fragment, keep: int) -> Slice:
         t_shape.append(size)
         t_stride.append(k)
         prefix *= size
+    frag, slot_map = sliced(f, keep, t_shape, t_stride)
+    out = Slice(frag, slot_map, tuple(lanes))
+    _check_slice(f, keep, out)
+    return out
+
+
+def sliced(f: Fragment, keep: int, t_shape: list[int], t_stride: list[int]) -> tuple[Fragment, Layout]:
+    """The 1-D fragment of axis `keep` of `f` with thread modes (t_shape, t_stride) (the caller decides
+    which thread modes keep their stride), and the slot map: slot of `f` -> slot of the slice. The slot
+    modes that move along the kept axis are the slice's slots; the others fold away."""
+    kept, red = (f.row, f.col) if keep == 0 else (f.col, f.row)
     s_shape, s_stride, map_stride, n = [], [], [], 1
-    for size, k, r in s_modes:
-        if k and r:
+    for size, k, r in _modes(kept[1], red[1]):
+        if k and r and size > 1:
             raise ValueError(f"fragment {f.name}: a register slot mode moves along both axes")
         if k and size > 1:
             s_shape.append(size)
@@ -486,14 +497,9 @@ def slice_fragment(f: Fragment, keep: int) -> Slice:
         s_shape, s_stride = [1], [0]
     shape = (tuple(t_shape), tuple(s_shape))
     zeros = (tuple(0 for _ in t_shape), tuple(0 for _ in s_shape))
-    length = f.tile[keep]
-    axis = ("rows", "cols")[keep]
-    frag = Fragment(f"{f.name}.{axis}", (1, length), Layout(shape, zeros),
+    frag = Fragment(f"{f.name}.{('rows', 'cols')[keep]}", (1, f.tile[keep]), Layout(shape, zeros),
                     Layout(shape, (tuple(t_stride), tuple(s_stride))))
-    slot_map = Layout(tuple(flatten(kept[1].shape)), tuple(map_stride))
-    out = Slice(frag, slot_map, tuple(lanes))
-    _check_slice(f, keep, out)
-    return out
+    return frag, Layout(tuple(flatten(kept[1].shape)), tuple(map_stride))
 
 
 def _check_slice(f: Fragment, keep: int, sl: Slice) -> None:

@@ -12,7 +12,8 @@ from argus.dsl.diagnostics import error
 from argus.dsl.types import BOOL, I32, ElemT, ScalarT, TileT
 from argus.ir import nodes as ir
 
-_MATH = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "cdiv", "cast"}
+_MATH = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "cdiv", "cast", "tanh", "erf", "sigmoid", "gelu",
+         "silu"}
 
 
 class _Lower:
@@ -113,13 +114,18 @@ class _Lower:
             return [ir.WaitBarrier(e.span, self.barrier(e.args[0]), self.expr(e.args[1]))]
         if name == "expect_tx":
             return [ir.ExpectTx(e.span, self.barrier(e.args[0]), self.expr(e.args[1]))]
-        if name == "store":
+        if name in ("store", "atomic_add"):
             vt = self.t(e.args[1])
             value = self.expr(e.args[1]) if not (isinstance(vt, TileT) and vt.space == "shared") \
                 else ir.Load(TileT(vt.dtype, vt.shape, "reg"), e.args[1].span, self.ref(e.args[1]), True)
             w = e.kw("where")
-            return [ir.Store(e.span, self.ref(e.args[0]), value, masked,
-                             mask=self.expr(w.value) if w is not None else None)]
+            mask = self.expr(w.value) if w is not None else None
+            dst = self.ref(e.args[0])
+            if name == "atomic_add":
+                return [ir.AtomicAdd(e.span, dst, value, masked, mask=mask)]
+            if dst.space == "shared":  # registers -> shared memory: a synchronous copy of the value
+                return [ir.Copy(e.span, dst, value, "sync", True, None)]
+            return [ir.Store(e.span, dst, value, masked, mask=mask)]
         if name == "assume":
             over = e.kw("over")
             if over is not None:
@@ -268,7 +274,7 @@ class _Lower:
             return ir.Special(t, e.span, name, self.c.consts[id(e.args[0])])
         if name in ("thread_id", "warp_id", "lane_id", "warpgroup_id"):
             return ir.Special(t, e.span, name, 0)
-        if name in ("min", "max", "sum") and e.kw("axis") is not None:
+        if name in ("min", "max", "sum", "argmax") and e.kw("axis") is not None:
             ax = self.c.consts[id(e.kw("axis").value)] % len(self.t(e.args[0]).shape)
             return ir.Reduce(t, e.span, name, self.expr(e.args[0]), ax)
         if name in ("min", "max"):

@@ -88,7 +88,7 @@ class Math(Expr):
 
 @dataclass(frozen=True)
 class Reduce(Expr):
-    op: str = ""  # sum | max | min
+    op: str = ""  # sum | max | min | argmax (an i32 index along the axis: the first of equal maxima)
     x: Expr | None = None
     axis: int = 0
 
@@ -175,14 +175,17 @@ class RegLayout:
     Set by layout assignment (argus/ir/passes/layouts.py, which also turns it into a Fragment map).
     kind "mma": the accumulator fragment of the `mma` whose FragmentLayout is `mma`; kind "blocked":
     threads in row-major order over runs of `vec` consecutive elements of the last axis (loads,
-    arithmetic and stores with no mma involved).
+    arithmetic and stores with no mma involved); "slice": the 1-D tile of axis `keep` of `parent`
+    (reduction results, broadcast vectors); "transposed": `parent` read with its axes exchanged.
     """
 
-    kind: str  # "mma" | "blocked"
+    kind: str  # "mma" | "blocked" | "rows" | "slice" | "transposed" | "index" (argus/ir/reg_layout.py)
     shape: tuple[int, ...]
     threads: int
     mma: FragmentLayout | None = None
     vec: int = 1
+    parent: RegLayout | None = None  # "slice": the layout whose axis `keep` this 1-D tile is; "transposed"
+    keep: int = 0
 
 
 @dataclass(frozen=True)
@@ -324,6 +327,20 @@ class Store(Stmt):
     masked: bool = True  # out-of-bounds elements are skipped instead of faulting
     layout: RegLayout | None = None  # a register-tile value: set by layout assignment
     mask: Expr | None = None  # store(..., where=mask): elements with a false mask are not written
+
+
+@dataclass(frozen=True)
+class AtomicAdd(Stmt):
+    """dst[i] += value[i] for every element, atomically (`atomic_add(dst, value, where=m)`): dst is a tile
+    of a global f32 / bf16 tensor that the kernel both reads and writes (it accumulates into what is
+    there); elements outside the tensor (masked) or where `mask` is false are not touched. Several blocks
+    (or threads) may add to one element; the sum does not depend on their order beyond rounding."""
+
+    dst: Ref | None = None
+    value: Expr | None = None
+    masked: bool = True
+    layout: RegLayout | None = None  # a register-tile value: set by layout assignment
+    mask: Expr | None = None
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,9 @@ def stmts(body, indent: int = 1) -> list[str]:
         elif isinstance(s, ir.Store):
             where = "" if getattr(s, "mask", None) is None else f", where={expr(s.mask)}"
             out.append(f"{pad}store({ref(s.dst)}, {expr(s.value)}{'' if s.masked else ', masked=False'}{where})")
+        elif isinstance(s, ir.AtomicAdd):
+            where = "" if s.mask is None else f", where={expr(s.mask)}"
+            out.append(f"{pad}atomic_add({ref(s.dst)}, {expr(s.value)}{'' if s.masked else ', masked=False'}{where})")
         elif isinstance(s, ir.For):
             kind = "" if s.kind == "serial" else f"  # {s.kind}"
             out.append(f"{pad}for {s.var} in range({expr(s.start)}, {expr(s.stop)}, {expr(s.step)}):{kind}")

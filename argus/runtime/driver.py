@@ -482,6 +482,8 @@ _TMA_DTYPES = {
     "u8": "UINT8",
     "u16": "UINT16",
     "u32": "UINT32",
+    "f8e4m3": "UINT8",  # TMA moves bytes: fp8 travels as 8-bit integers
+    "f8e5m2": "UINT8",
 }
 _SWIZZLES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
 

@@ -21,7 +21,7 @@ from argus.codegen.memory import sview
 from argus.ir import nodes as ir
 from argus.ir.build import build_file, build_source
 from argus.ir.fragments import mma_m16n8k16_a, mma_m16n8k16_b, wgmma_canonical_layout
-from argus.ir.passes.layouts import fragment_of
+from argus.ir.reg_layout import fragment_of
 from argus.ir.transform import walk
 from tests.conftest import EXAMPLES
 

@@ -260,12 +260,13 @@ def test_wgmma_for_sm80_is_an_error_at_the_mma() -> None:
 
 
 def test_unsupported_construct_points_at_its_line() -> None:
-    src = SCALE_ROWS.replace("store(Y[r * BR : +BR, 0:+64], select(x > 0.0, x * alpha, exp2(x)))",
-                             "store(Y[r * BR : +BR, 0:+1], sum(x, axis=1)[:, None])")
+    src = SCALE_ROWS.replace("    store(Y[r * BR : +BR, 0:+64], select(x > 0.0, x * alpha, exp2(x)))",
+                             "    a_s = shared(f32[32, 64])\n    b_s = shared(f32[32, 64])\n"
+                             "    copy(b_s, a_s)\n    store(Y[r * BR : +BR, 0:+64], x)")
     with pytest.raises(ArgusError) as info:
         generate(build_source(src))
     d = info.value.diagnostics[0]
-    assert d.code == "codegen" and d.span.line == 7
+    assert d.code == "codegen" and d.span.line == 9 and "shared to shared" in d.message
 
 
 def test_register_budget_is_checked() -> None:

@@ -26,7 +26,7 @@ from argus.ir.fragments import (
     wgmma_m64k16_a,
     wgmma_m64nNk16_d,
 )
-from argus.ir.passes.layouts import fragment_of, rows_reg_layout
+from argus.ir.reg_layout import fragment_of, rows_reg_layout
 from tests.conftest import EXAMPLES
 
 # ---- accumulator -> A operand ---------------------------------------------------------------------

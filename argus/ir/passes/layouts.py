@@ -40,7 +40,6 @@ row-major order).
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
@@ -55,9 +54,23 @@ from argus.ir.fragments import (
     slice_fragment,
     smem_tile_layout,
     wgmma_block_a_fragment,
-    wgmma_block_fragment,
 )
 from argus.ir.layout import Layout
+from argus.ir.reg_layout import (  # fragment_of, rows_reg_layout: re-exported for older importers
+    aligned_vars,
+    blocked_reg_layout,
+    broadcast_keep,
+    expr_nodes,
+    fragment_of,
+    mma_reg_layout,
+    operand_layout,
+    reduce_result_layout,
+    rows_reg_layout,  # noqa: F401
+    slice_layout,
+    tile_vars,
+    unit_keep,
+    unit_layout,
+)
 from argus.ir.swizzle import ComposedLayout, Swizzle, smem_swizzle
 from argus.ir.transform import rewrite, scope_stmts
 
@@ -66,11 +79,12 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _mma_sync_layout(m: int, n: int, k: int, threads: int, span, whole_rows: bool = False) -> ir.FragmentLayout:
+def _mma_sync_layout(m: int, n: int, k: int, threads: int, span, whole_rows: bool = False,
+                     kstep: int = 16) -> ir.FragmentLayout:
     warps = threads // 32
-    if m % 16 or n % 8 or k % 16:
-        raise error("mma-shape", f"mma.sync m16n8k16 cannot tile [{m}, {k}] @ [{k}, {n}]", span,
-                    "M must be a multiple of 16, N of 8 and K of 16")
+    if m % 16 or n % 8 or k % kstep:
+        raise error("mma-shape", f"mma.sync m16n8k{kstep} cannot tile [{m}, {k}] @ [{k}, {n}]", span,
+                    f"M must be a multiple of 16, N of 8 and K of {kstep}")
     best = None
     for wm in _divisors(warps):
         wn = warps // wm
@@ -87,11 +101,11 @@ def _mma_sync_layout(m: int, n: int, k: int, threads: int, span, whole_rows: boo
     if best is None:
         raise error("mma-shape", f"{warps} warps cannot split a {m}x{n} mma.sync tile evenly", span,
                     "change the tile or the thread count so each warp gets a multiple of 16x8")
-    return ir.FragmentLayout("mma.sync", (m, n), best[1], best[2], (16, 8, 16))
+    return ir.FragmentLayout("mma.sync", (m, n), best[1], best[2], (16, 8, kstep))
 
 
 def _wgmma_layout(m: int, n: int, k: int, threads: int, b_in_regs: bool, span,
-                  whole_rows: bool = False) -> ir.FragmentLayout:
+                  whole_rows: bool = False, kstep: int = 16) -> ir.FragmentLayout:
     if threads % 128:
         raise error("mma-shape", f"wgmma needs whole warpgroups (128 threads); this block has {threads}", span,
                     "launch with warpgroups=N or threads a multiple of 128")
@@ -99,8 +113,8 @@ def _wgmma_layout(m: int, n: int, k: int, threads: int, b_in_regs: bool, span,
         raise error("mma-shape", "wgmma reads its B operand from shared memory, not registers", span,
                     "keep B in a shared buffer, or use instr=\"mma.sync\"")
     groups = threads // 128
-    if k % 16:
-        raise error("mma-shape", f"wgmma k16 cannot tile K={k}", span, "K must be a multiple of 16")
+    if k % kstep:
+        raise error("mma-shape", f"wgmma k{kstep} cannot tile K={k}", span, f"K must be a multiple of {kstep}")
     if m % (64 * groups) == 0:
         gm, gn = groups, 1
     elif whole_rows:
@@ -116,7 +130,7 @@ def _wgmma_layout(m: int, n: int, k: int, threads: int, b_in_regs: bool, span,
     if per_n % 8:
         raise error("mma-shape", f"wgmma N={per_n} per warpgroup must be a multiple of 8", span)
     inst_n = max(d for d in range(8, min(per_n, 256) + 1, 8) if per_n % d == 0)
-    return ir.FragmentLayout("wgmma", (m, n), gm, gn, (64, inst_n, 16))
+    return ir.FragmentLayout("wgmma", (m, n), gm, gn, (64, inst_n, kstep))
 
 
 
@@ -125,10 +139,12 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
     def mma_layout(node: ir.Mma, t: int, whole_rows: bool) -> ir.Mma:
         (m, k), n = _shape2(node.a), _shape2(node.b)[1]
         whole_rows = whole_rows or not isinstance(node.a, ir.Ref)  # a register A: rows whole per warp(group)
+        dt = node.a.dtype if isinstance(node.a, ir.Ref) else node.a.type.dtype
+        kstep = 32 if dt.bytes == 1 else 16  # 8-bit operands: k32 instructions (32 bytes of K, as k16 of bf16)
         if node.instr == "wgmma":
-            lay = _wgmma_layout(m, n, k, t, not isinstance(node.b, ir.Ref), node.span, whole_rows)
+            lay = _wgmma_layout(m, n, k, t, not isinstance(node.b, ir.Ref), node.span, whole_rows, kstep)
         else:
-            lay = _mma_sync_layout(m, n, k, t, node.span, whole_rows)
+            lay = _mma_sync_layout(m, n, k, t, node.span, whole_rows, kstep)
         return dataclasses.replace(node, layout=lay)
 
     def fix(stmts, t: int, rows: set[str]):
@@ -163,76 +179,6 @@ def _shape2(x) -> tuple[int, int]:
 
 # ---- register tiles ----------------------------------------------------------------------------------
 
-def mma_reg_layout(lay: ir.FragmentLayout, threads: int) -> ir.RegLayout:
-    return ir.RegLayout("mma", lay.tile, threads, lay)
-
-
-def blocked_reg_layout(shape: tuple[int, ...], threads: int, elem_bytes: int = 2) -> ir.RegLayout:
-    """Threads over runs of `vec` elements (up to 16 bytes) of the last axis, row-major."""
-    last = shape[-1] if shape else 1
-    vec = 1
-    while vec * 2 <= max(1, 16 // elem_bytes) and last % (vec * 2) == 0:
-        vec *= 2
-    while vec > 1 and math.prod(shape) // vec < threads:  # small tiles: more threads, shorter runs
-        vec //= 2
-    return ir.RegLayout("blocked", tuple(shape), threads, None, vec)
-
-
-def fragment_of(lay: ir.RegLayout) -> Fragment:
-    """The (thread, slot) -> (row, col) map of a register layout; 1-D tiles are one row (row 0)."""
-    if lay.kind == "mma":
-        f = lay.mma
-        m, n = f.tile
-        if f.instr == "wgmma":
-            return wgmma_block_fragment(m, n, f.warps_m, f.warps_n, instr_n=f.inst_shape[1])
-        return mma_sync_block_fragment("C", m, n, 16, f.warps_m, f.warps_n)
-    if lay.kind == "rows":
-        return slice_fragment(fragment_of(mma_reg_layout(lay.mma, lay.threads)), 0).fragment
-    if lay.kind == "index":
-        return blocked_fragment(ir.RegLayout("blocked", lay.shape, lay.threads, None, 1))
-    return blocked_fragment(lay)
-
-
-def blocked_fragment(lay: ir.RegLayout) -> Fragment:
-    rows, cols = (1, lay.shape[0]) if len(lay.shape) == 1 else lay.shape[-2:]
-    if len(lay.shape) > 2:
-        raise ValueError(f"register tiles have 1 or 2 axes, got {lay.shape}")
-    v, t = lay.vec, lay.threads
-    tpr = math.gcd(cols // v, t)  # threads along a row, each owning runs of v elements
-    rp = t // tpr  # rows covered by one pass of all threads
-    rg = math.gcd(rows, rp)  # distinct rows per pass; rp // rg threads hold each element (replicas)
-    thread_shape = (tpr, rg, rp // rg)
-    slot_shape = (v, cols // (v * tpr), rows // rg)
-    row = Layout((thread_shape, slot_shape), ((0, 1, 0), (0, 0, rg)))
-    col = Layout((thread_shape, slot_shape), ((v, 0, 0), (1, v * tpr, 0)))
-    return Fragment(f"blocked{lay.shape}/{t}x{v}", (rows, cols), row, col)
-
-
-def replicas(lay: ir.RegLayout) -> int:
-    """How many threads hold each element (only the first of them stores it)."""
-    if lay.kind == "mma":
-        return 1
-    return int(fragment_of(lay).count_table().max())
-
-
-def _tile_vars(e, out: set[str]) -> set[str]:
-    """Register-tile variables whose layout must equal the value of `e` (elementwise reach)."""
-    if isinstance(e, ir.Var) and isinstance(e.type, TileT):
-        out.add(e.name)
-    elif isinstance(e, ir.Mma):
-        _tile_vars(e.acc, out)  # the a / b operands have operand layouts of their own
-    elif isinstance(e, (ir.Reduce, ir.Reshape, ir.Transpose, ir.Lambda, ir.ElemTag)):
-        pass  # the shape changes: not the same layout
-    elif isinstance(e, ir.Expr):
-        for f in dataclasses.fields(e):
-            if f.name not in ("span", "type"):
-                v = getattr(e, f.name)
-                for x in v if isinstance(v, tuple) else (v,):
-                    if isinstance(x, ir.Expr):
-                        _tile_vars(x, out)
-    return out
-
-
 def _mma_of(e) -> ir.Mma | None:
     while isinstance(e, ir.Tag):
         e = e.x
@@ -246,6 +192,7 @@ class _Groups:
         self.parent: dict[str, str] = {}
         self.fixed: dict[str, ir.RegLayout | None] = {}  # root -> mma layout (None: conflicting)
         self.shape: dict[str, tuple[tuple[int, ...], int]] = {}  # root -> (shape, smallest element bytes)
+        self.columns: set[str] = set()  # roots read from a transposed shared view: one element per thread
 
     def find(self, x: str) -> str:
         self.parent.setdefault(x, x)
@@ -266,6 +213,9 @@ class _Groups:
                     self.fix(root, self.fixed.pop(r))
                 if r in self.shape:
                     self.note(root, *self.shape.pop(r))
+                if r in self.columns:
+                    self.columns.discard(r)
+                    self.columns.add(root)
         return root
 
     def fix(self, root: str, lay: ir.RegLayout | None) -> None:
@@ -280,7 +230,7 @@ class _Groups:
 
 
 def _reach(e, out: list) -> list:
-    """Reduce, Reshape and Mma nodes at elementwise reach of `e` (the nodes where _tile_vars stops)."""
+    """Reduce, Reshape and Mma nodes at elementwise reach of `e` (the nodes where tile_vars stops)."""
     if isinstance(e, (ir.Reduce, ir.Reshape, ir.Mma)):
         out.append(e)
         if isinstance(e, ir.Mma):
@@ -296,14 +246,15 @@ def _reach(e, out: list) -> list:
 
 
 def _stmt_value(s):
-    value = s.value if isinstance(s, (ir.Let, ir.Store)) else s.src if isinstance(s, ir.Copy) else None
+    value = s.value if isinstance(s, (ir.Let, ir.Store, ir.AtomicAdd)) else s.src if isinstance(s, ir.Copy) else None
     if not isinstance(getattr(value, "type", None), TileT) or isinstance(value, ir.Ref):
         return None
     return value
 
 
 def _build_groups(body: tuple[ir.Stmt, ...]) -> tuple[_Groups, dict[int, str]]:
-    """Union the register tiles of one scope that share a layout; id(stmt) -> a name in its group."""
+    """Union the register tiles of one scope that share a layout; id(stmt) -> a name in its group.
+    The operand of a reduction, broadcast or transpose is a value of its own: its tiles share a layout."""
     g = _Groups()
     keys: dict[int, str] = {}
     anon = 0
@@ -311,7 +262,7 @@ def _build_groups(body: tuple[ir.Stmt, ...]) -> tuple[_Groups, dict[int, str]]:
         value = _stmt_value(s)
         if value is None:
             continue
-        names = sorted(_tile_vars(value, set()))
+        names = sorted(aligned_vars(value))
         if isinstance(s, ir.Let):
             names = [s.name, *names]
         else:
@@ -320,19 +271,18 @@ def _build_groups(body: tuple[ir.Stmt, ...]) -> tuple[_Groups, dict[int, str]]:
         root = g.union(names)
         keys[id(s)] = names[0]
         g.note(root, value.type.shape, value.type.dtype.bytes)
+        inner = value
+        while isinstance(inner, ir.Tag):
+            inner = inner.x
+        if isinstance(inner, ir.Load) and inner.ref.space == "shared" and inner.ref.transposed:
+            # consecutive threads on consecutive rows of the buffer: with an odd word pitch (a padded
+            # layout) a warp's reads of a column hit 32 different banks
+            g.columns.add(root)
+        for node in expr_nodes(value, []):
+            inner = node.x if isinstance(node, (ir.Reduce, ir.Reshape, ir.Transpose)) else None
+            if isinstance(getattr(inner, "type", None), TileT):
+                g.union(sorted(aligned_vars(inner)))
     return g, keys
-
-
-def _nodes_in(e, out: list) -> list:
-    """Every expression node under `e` (including e), operands of mma and reductions too."""
-    if isinstance(e, ir.Expr):
-        out.append(e)
-        for f in dataclasses.fields(e):
-            if f.name not in ("span", "type"):
-                v = getattr(e, f.name)
-                for x in v if isinstance(v, tuple) else (v,):
-                    _nodes_in(x, out)
-    return out
 
 
 def _whole_row_names(body: tuple[ir.Stmt, ...]) -> set[str]:
@@ -344,11 +294,11 @@ def _whole_row_names(body: tuple[ir.Stmt, ...]) -> set[str]:
         value = _stmt_value(s)
         if value is None:
             continue
-        for node in _nodes_in(value, []):
+        for node in expr_nodes(value, []):
             if isinstance(node, ir.Reduce) and len(node.x.type.shape) == 2 and node.axis == 1:
-                marked |= {g.find(n) for n in _tile_vars(node.x, set())}
+                marked |= {g.find(n) for n in tile_vars(node.x, set())}
             if isinstance(node, ir.Mma) and not isinstance(node.a, ir.Ref):
-                marked |= {g.find(n) for n in _tile_vars(node.a, set())}
+                marked |= {g.find(n) for n in tile_vars(node.a, set())}
         for node in _reach(value, []):
             if isinstance(node, ir.Reshape) and len(node.type.shape) == 2 and node.type.shape[1] == 1 \
                     and len(value.type.shape) == 2:
@@ -356,22 +306,6 @@ def _whole_row_names(body: tuple[ir.Stmt, ...]) -> set[str]:
             if isinstance(node, ir.Mma) and not isinstance(node.a, ir.Ref):
                 marked.add(g.find(keys[id(s)]))
     return {n for n in g.parent if g.find(n) in marked}
-
-
-def rows_reg_layout(lay: ir.RegLayout) -> ir.RegLayout | None:
-    """The rows of an mma-fragment tile as a 1-D register tile ("rows": each thread holds the rows it
-    owns in the fragment), or None when threads of several warps share a row. Canonical: the same for
-    every mma with the same split of M (the fragment's columns do not matter)."""
-    if lay.kind != "mma" or lay.mma is None:
-        return None
-    f = lay.mma
-    n0 = 8 * f.warps_n
-    canon = ir.FragmentLayout(f.instr, (f.tile[0], n0), f.warps_m, f.warps_n, (f.inst_shape[0], 8, f.inst_shape[2]))
-    try:
-        slice_fragment(fragment_of(mma_reg_layout(canon, lay.threads)), 0)
-    except ValueError:
-        return None
-    return ir.RegLayout("rows", (f.tile[0],), lay.threads, canon)
 
 
 def rows_slice(lay: ir.RegLayout) -> Slice:
@@ -387,7 +321,7 @@ _INDEX_NODES = (ir.Arange, ir.Full, ir.Const, ir.Special, ir.Bin, ir.Un, ir.Cmp,
 def _index_pure(e, index_names: set[str]) -> bool:
     """`e` is computed from arange, constants and scalars only (an index tile: no registers needed)."""
     if isinstance(e, ir.Math):
-        return e.fn not in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt") and \
+        return e.fn in ("abs", "min", "max", "cdiv", "cast") and \
             all(_index_pure(a, index_names) for a in e.args)
     if not isinstance(e, _INDEX_NODES):
         return False
@@ -429,48 +363,32 @@ def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...
             g.fix(g.find(keys[id(s)]), mma_reg_layout(mma.layout, threads))
     index = _index_groups(body, g)
 
-    def group_layout(root: str) -> ir.RegLayout | None:
-        return g.fixed.get(root) if root in g.fixed else None
-
-    # 1-D tiles tied to the rows of an mma fragment: results of row reductions, broadcast row vectors
-    rows: dict[str, ir.RegLayout | None] = {}
-
-    def tie(root: str, lay: ir.RegLayout | None) -> None:
-        if root in index or root in g.fixed or lay is None:
-            return
-        if root in rows and rows[root] != lay:
-            rows[root] = None
-        else:
-            rows[root] = lay
-
-    for s in scope_stmts(body):
-        value = _stmt_value(s)
-        if value is None:
-            continue
-        here = group_layout(g.find(keys[id(s)]))
-        for node in _reach(value, []):
-            if isinstance(node, ir.Reduce) and len(node.x.type.shape) == 2 and node.axis == 1 \
-                    and len(value.type.shape) == 1:
-                src = {group_layout(g.find(n)) for n in _tile_vars(node.x, set())}
-                if len(src) == 1:
-                    (lay,) = src
-                    tie(g.find(keys[id(s)]), rows_reg_layout(lay) if lay is not None else None)
-            if isinstance(node, ir.Reshape) and len(node.type.shape) == 2 and node.type.shape[1] == 1 \
-                    and here is not None:
-                for n in _tile_vars(node.x, set()):
-                    tie(g.find(n), rows_reg_layout(here))
+    # 2-D tiles: an mma fragment, else blocked; 1-D tiles: from the tiles they are tied to (below)
+    decided: dict[str, ir.RegLayout | None] = {}
+    for root, (shape, nbytes) in g.shape.items():
+        if root in g.fixed:
+            decided[root] = g.fixed[root]
+        elif root in index:
+            decided[root] = ir.RegLayout("index", tuple(shape), threads)
+        elif len(shape) != 1 and 1 not in shape:  # a [R, 1] / [1, C] tile waits for the tile it meets
+            decided[root] = blocked_reg_layout(shape, threads, 16 if root in g.columns else nbytes)
+    while True:  # a tie may need another 1-D tile's layout: rounds settle chains
+        ties = _ties(body, g, keys, decided, threads)
+        new = {root: min(lst, key=lambda t: t[0])[1] for root, lst in ties.items() if root not in decided}
+        if not new:  # what nothing ties (loaded vectors, say) is blocked; that may tie others
+            new = {root: blocked_reg_layout(shape, threads, nbytes) for root, (shape, nbytes) in g.shape.items()
+                   if root not in decided}
+        if not new:
+            break
+        decided.update(new)
 
     def layout_of(s) -> ir.RegLayout | None:
         if id(s) not in keys:
             return None
         root = g.find(keys[id(s)])
-        if root in g.fixed:
-            return g.fixed[root]
+        if root in decided:
+            return decided[root]
         shape, nbytes = g.shape[root]
-        if root in index:
-            return ir.RegLayout("index", tuple(shape), threads)
-        if rows.get(root) is not None:
-            return rows[root]
         return blocked_reg_layout(shape, threads, nbytes)
 
     def fix(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
@@ -487,6 +405,68 @@ def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...
         return tuple(out)
 
     return fix(body)
+
+
+def _ties(body, g: _Groups, keys: dict[int, str], decided: dict, threads: int) -> dict[str, list]:
+    """1-D groups tied to the layout of a 2-D tile: (priority, layout) per root. A reduction's result
+    (priority 0) lands in the slice of its operand's layout; a vector broadcast into a 2-D value
+    (priority 1) is wanted in the slice of that value's layout. Reads in another layout convert."""
+    ties: dict[str, list] = {}
+
+    def lay_var(name: str):
+        return decided.get(g.find(name))
+
+    def tie(root: str | None, prio: int, lay: ir.RegLayout | None) -> None:
+        if root is None or lay is None or root in decided:
+            return
+        ties.setdefault(root, []).append((prio, lay))
+
+    def walk(e, ctx: ir.RegLayout | None, root: str | None) -> None:
+        if not isinstance(e, ir.Expr) or isinstance(e, (ir.Lambda, ir.ElemTag)):
+            return
+        if isinstance(e, ir.Reduce):
+            inner = sorted(aligned_vars(e.x))
+            known = [n for n in inner if lay_var(n) is not None]
+            lx = operand_layout(e.x, lay_var, threads) if known or not inner else None
+            if lx is not None and root is not None and tuple(e.type.shape) == tuple(g.shape[root][0]):
+                tie(root, 0, reduce_result_layout(lx, e))
+            walk(e.x, lx, g.find(inner[0]) if inner else None)
+            return
+        if isinstance(e, ir.Reshape):
+            keep = broadcast_keep(tuple(e.x.type.shape), tuple(e.type.shape)) if isinstance(e.x.type, TileT) else None
+            inner = slice_layout(ctx, keep) if ctx is not None and keep is not None and len(ctx.shape) == 2 else None
+            names = sorted(aligned_vars(e.x)) if isinstance(e.x.type, TileT) else []
+            for n in names:
+                tie(g.find(n), 1, inner)
+            walk(e.x, inner, g.find(names[0]) if names else None)
+            return
+        if isinstance(e, ir.Var) and isinstance(e.type, TileT) and ctx is not None:
+            keep = broadcast_keep(tuple(e.type.shape), tuple(ctx.shape))
+            if keep is not None and len(ctx.shape) == 2:
+                tie(g.find(e.name), 1, slice_layout(ctx, keep))
+            unit = unit_keep(tuple(e.type.shape), tuple(ctx.shape))
+            if unit is not None:
+                tie(g.find(e.name), 1, unit_layout(ctx, unit))
+            return
+        if isinstance(e, ir.Transpose):
+            walk(e.x, None, None)
+            return
+        if isinstance(e, ir.Mma):
+            walk(e.acc, ctx, root)
+            return
+        for f in dataclasses.fields(e):
+            if f.name not in ("span", "type"):
+                v = getattr(e, f.name)
+                for x in v if isinstance(v, tuple) else (v,):
+                    walk(x, ctx, root)
+
+    for s in scope_stmts(body):
+        value = _stmt_value(s)
+        if value is None:
+            continue
+        root = g.find(keys[id(s)])
+        walk(value, decided.get(root), root)
+    return ties
 
 
 def register_a_fragment(m: ir.Mma) -> Fragment:
@@ -517,10 +497,10 @@ def _check_register_operands(kernel: ir.Kernel) -> None:
                 lays.setdefault(s.name, s.layout)
         for s in scope_stmts(body):
             value = _stmt_value(s)
-            for node in _nodes_in(value, []) if value is not None else ():
+            for node in expr_nodes(value, []) if value is not None else ():
                 if not isinstance(node, ir.Mma) or isinstance(node.a, ir.Ref) or node.layout is None:
                     continue
-                src = {lays.get(n) for n in _tile_vars(node.a, set())}
+                src = {lays.get(n) for n in tile_vars(node.a, set())}
                 why = None
                 if len(src) != 1 or None in src:
                     why = "its register tiles have no single layout"

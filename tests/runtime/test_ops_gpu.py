@@ -1,0 +1,235 @@
+"""The issue-15 examples and constructs on the GPU: generated CUDA against float64 references.
+
+Each case draws fresh random inputs (normal values, never zeros; argus.interp.run.make_arrays), poisons
+every output with NaN (an atomic_add target, which the kernel adds to, starts random), launches once and
+compares with the `reference:` block evaluated in float64 with the interpreter's criterion. Shapes are
+not tile multiples. Layers (softmax_long, decode_attention, gemm_splitk_layer) chain their kernels on the
+GPU and are compared with the layer's own reference. Every construct of tests/codegen/test_constructs.py
+runs too, in each register layout (the wgmma ones only run here). Marked `gpu`: skipped without a GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("cuda.bindings.driver")
+
+from argus.dsl.parser import parse, parse_file  # noqa: E402
+from argus.dsl.types import DTYPES  # noqa: E402
+from argus.ir.build import build_kernel  # noqa: E402
+from tests.codegen.test_constructs import CASES as CONSTRUCT_CASES  # noqa: E402
+from tests.codegen.test_constructs import kernel_source  # noqa: E402
+from tests.conftest import EXAMPLES  # noqa: E402
+from tests.runtime.test_driver_gpu import ARCH, gpu  # noqa: E402
+
+
+def _kernel(file: str, name: str, params: dict):
+    node = next(k for k in parse_file(str(EXAMPLES / file)).kernels if k.name == name)
+    return build_kernel(node, params)
+
+
+def _all_kernels() -> list:
+    """Every kernel the tests below launch: (example file, kernel name, params), or (source text, the path
+    its test parses it under, {}) -- the path is in the #line directives, so in the cache key."""
+    out = [(f, n, p) for f, n, p, _ in CASES] + [("decode_attention.arg", "decode_split", p) for p, _ in DECODE]
+    out += [("softmax.arg", "softmax_stats", {}), ("softmax.arg", "softmax_normalize", {}),
+            ("decode_attention.arg", "decode_combine", {}), ("splitk.arg", "gemm_splitk", {}),
+            ("splitk.arg", "splitk_reduce", {})]
+    out += [("decode_attention.arg", "decode_split", {"GROUP": g, "CHUNK": c}) for g, c in ((8, 512), (4, 128))]
+    out += [(kernel_source(lay, c), f"{lay}_{c}.arg", {}) for lay, c in CONSTRUCT_CASES]
+    return out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm_cache() -> None:
+    """Compile every kernel in parallel processes first (the disk cache then serves the tests)."""
+    if ARCH is None:
+        return
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    with cf.ProcessPoolExecutor(max_workers=8, mp_context=mp.get_context("spawn")) as pool:
+        list(pool.map(_warm_one, _all_kernels()))
+
+
+def _warm_one(item) -> None:
+    src, name, params = item
+    if src.endswith(".arg"):
+        k = _kernel(src, name, params)
+    else:
+        k = build_kernel(parse(src, name).kernels[0], params)
+    _gpu_build(k)
+
+
+def _gpu_build(k):
+    from argus.codegen.compile import build
+
+    return build(k, arch=ARCH)
+
+
+def _gpu_kernel(k):
+    from argus.runtime.launch import GpuKernel
+
+    return GpuKernel(_gpu_build(k), 0)
+
+
+def _check(k, dims: dict, seed: int, criteria: dict | None = None) -> None:
+    """One launch on fresh inputs, every output against the float64 reference. `criteria`: output ->
+    dtype whose tolerance applies (an fp32 output computed through a bf16 P is held to bf16's)."""
+    import torch
+
+    from argus.dsl.reference import evaluate_reference
+    from argus.interp.run import compare, make_arrays, reference_env, resolve_scalars
+    from argus.runtime.bench import to_device
+
+    gk = _gpu_kernel(k)
+    scalars = resolve_scalars(k, dims)
+    host = make_arrays(k, {d: dims[d] for d in k.dims}, np.random.default_rng(seed))
+    dev = {t.name: to_device(host[t.name], t.dtype.name) for t in k.tensors}
+    gk(**dev, **scalars)
+    torch.cuda.synchronize()
+    ref = evaluate_reference(k.reference, reference_env(k, host, {d: dims[d] for d in k.dims}, scalars))
+    for o in k.outputs:
+        out = dev[o].float().cpu().numpy() if dev[o].dtype.is_floating_point else dev[o].cpu().numpy()
+        c = compare(o, out, ref[o], (criteria or {}).get(o, k.tensor(o).dtype))
+        assert c.ok, f"{k.name} {dims} seed {seed}: {c.describe()}"
+
+
+# (file, kernel, params, dims)
+CASES = [
+    ("softmax.arg", "softmax", {}, {"M": 37, "N": 1000}),
+    ("softmax.arg", "softmax", {}, {"M": 300, "N": 2048}),
+    ("softmax.arg", "softmax", {"BN": 4096, "THREADS": 512}, {"M": 5, "N": 4000}),
+    ("softmax.arg", "softmax", {"BN": 8192, "THREADS": 1024}, {"M": 3, "N": 8192}),
+    ("softmax.arg", "softmax", {"BM": 4, "BN": 512, "THREADS": 128}, {"M": 33, "N": 333}),
+    ("softmax.arg", "softmax_stats", {}, {"M": 7, "N": 5000}),
+    ("softmax.arg", "softmax_normalize", {}, {"M": 7, "N": 5000}),
+    ("rmsnorm.arg", "rmsnorm", {}, {"M": 37, "N": 1000}),
+    ("rmsnorm.arg", "rmsnorm", {"BN": 8192, "THREADS": 1024}, {"M": 3, "N": 8000}),
+    ("rmsnorm.arg", "rmsnorm", {"BM": 4, "BN": 256, "THREADS": 64}, {"M": 10, "N": 200}),
+    ("layernorm.arg", "layernorm", {}, {"M": 37, "N": 1000}),
+    ("layernorm.arg", "layernorm", {"BN": 8192, "THREADS": 1024}, {"M": 3, "N": 8000}),
+    ("transpose.arg", "transpose", {}, {"M": 1000, "N": 333}),
+    ("transpose.arg", "transpose", {}, {"M": 4099, "N": 17}),
+    ("rope.arg", "rope", {}, {"B": 2, "S": 45, "H": 3, "D": 128, "D2": 64}),
+    ("rope.arg", "rope", {"HD": 64}, {"B": 1, "S": 200, "H": 5, "D": 64, "D2": 32}),
+    ("gemm_epilogue.arg", "gemm_bias_act", {}, {"M": 200, "N": 136, "K": 72}),
+    ("gemm_epilogue.arg", "gemm_bias_act", {"ACT": "silu"}, {"M": 129, "N": 264, "K": 520}),
+    ("gemm_epilogue.arg", "gemm_bias_act", {"BM": 64, "BN": 64, "CONSUMERS": 1}, {"M": 300, "N": 200, "K": 96}),
+    ("bmm.arg", "bmm", {}, {"BATCH": 3, "M": 200, "N": 136, "K": 72}),
+    ("bmm.arg", "bmm", {"BN": 128}, {"BATCH": 2, "M": 129, "N": 264, "K": 520}),
+    ("linear.arg", "linear", {}, {"M": 200, "N": 136, "K": 72}),
+    ("linear.arg", "linear", {}, {"M": 129, "N": 296, "K": 520}),
+    ("gemm_fp8.arg", "gemm_fp8", {}, {"M": 200, "N": 136, "K": 144}),
+    ("gemm_fp8.arg", "gemm_fp8", {"BM": 64, "BN": 128, "CONSUMERS": 1}, {"M": 129, "N": 264, "K": 528}),
+    ("decode_attention.arg", "decode_combine", {}, {"B": 2, "H": 3, "NS": 5, "D": 128}),
+    ("splitk.arg", "gemm_splitk", {"KCHUNK": 256}, {"SPLITS": 4, "M": 200, "N": 136, "K": 1000}),
+    ("splitk.arg", "splitk_reduce", {}, {"SPLITS": 3, "M": 40, "N": 300}),
+    ("moe_route.arg", "moe_route", {}, {"T": 333, "E": 8, "KTOP": 2}),
+    ("moe_route.arg", "moe_route", {"K": 8}, {"T": 100, "E": 256, "KTOP": 8}),
+]
+
+
+@gpu
+@pytest.mark.parametrize(("file", "name", "params", "dims"), CASES,
+                         ids=[f"{c[1]}-{'-'.join(f'{k}{v}' for k, v in c[3].items())}" for c in CASES])
+def test_example_on_gpu(file: str, name: str, params: dict, dims: dict) -> None:
+    k = _kernel(file, name, params)
+    for seed in (1, 2):
+        _check(k, dims, seed)
+
+
+DECODE = [({}, {"B": 2, "H": 16, "HKV": 2, "SKV": 700, "D": 128, "NS": 2}),
+          ({"GROUP": 4, "CHUNK": 128}, {"B": 1, "H": 8, "HKV": 2, "SKV": 1000, "D": 128, "NS": 8}),
+          ({"HD": 64}, {"B": 3, "H": 8, "HKV": 1, "SKV": 4097, "D": 64, "NS": 9}),
+          ({"MMA": "mma.sync", "GROUP": 4}, {"B": 2, "H": 8, "HKV": 2, "SKV": 700, "D": 128, "NS": 2})]
+
+
+@gpu
+@pytest.mark.parametrize(("params", "dims"), DECODE, ids=[str(i) for i in range(len(DECODE))])
+def test_decode_split_on_gpu(params: dict, dims: dict) -> None:
+    k = _kernel("decode_attention.arg", "decode_split", params)
+    for seed in (1, 2):
+        _check(k, dims, seed, {"OP": DTYPES["bf16"]})  # P is bf16 on its way to OP
+
+
+def _layer_run(kernels: list, tensors: dict, dims: dict) -> None:
+    """Launch (kernel, dims-of-its-args) in order over named device tensors."""
+    import torch
+
+    for k in kernels:
+        gk = _gpu_kernel(k)
+        gk(**{t.name: tensors[t.name] for t in k.tensors})
+    torch.cuda.synchronize()
+
+
+@gpu
+@pytest.mark.parametrize("n", [5000, 1024, 33000])
+def test_softmax_long_layer_on_gpu(n: int) -> None:
+    import torch
+
+    from argus.interp.run import compare
+
+    m = 7
+    x = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+    t = {"X": x, "RowMax": torch.full((m,), float("nan"), device="cuda"),
+         "RowSum": torch.full((m,), float("nan"), device="cuda"),
+         "Y": torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)}
+    _layer_run([_kernel("softmax.arg", "softmax_stats", {}), _kernel("softmax.arg", "softmax_normalize", {})], t, {})
+    ref = torch.softmax(x.double(), dim=1).cpu().numpy()
+    c = compare("Y", t["Y"].float().cpu().numpy(), ref, DTYPES["bf16"])
+    assert c.ok, c.describe()
+
+
+@gpu
+@pytest.mark.parametrize(("b", "hkv", "group", "skv", "chunk"), [(2, 2, 8, 3000, 512), (1, 4, 4, 777, 128)])
+def test_decode_attention_layer_on_gpu(b: int, hkv: int, group: int, skv: int, chunk: int) -> None:
+    import torch
+
+    from argus.interp.run import compare
+
+    d = 128
+    ns = -(-skv // chunk)
+    h = hkv * group
+    q = torch.randn(b, h, d, device="cuda").to(torch.bfloat16)
+    kk = torch.randn(b, hkv, skv, d, device="cuda").to(torch.bfloat16)
+    v = torch.randn(b, hkv, skv, d, device="cuda").to(torch.bfloat16)
+    t = {"Q": q, "K": kk, "V": v, "OP": torch.full((b, h, ns, d), float("nan"), device="cuda"),
+         "LP": torch.full((b, h, ns), float("nan"), device="cuda"),
+         "O": torch.full((b, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)}
+    split = _kernel("decode_attention.arg", "decode_split", {"GROUP": group, "CHUNK": chunk})
+    _layer_run([split, _kernel("decode_attention.arg", "decode_combine", {})], t, {})
+    kr = kk.double().repeat_interleave(group, dim=1)
+    vr = v.double().repeat_interleave(group, dim=1)
+    p = torch.softmax(torch.einsum("bhd,bhkd->bhk", q.double(), kr) / d ** 0.5, dim=-1)
+    ref = torch.einsum("bhk,bhkd->bhd", p, vr).cpu().numpy()
+    c = compare("O", t["O"].float().cpu().numpy(), ref, DTYPES["bf16"])
+    assert c.ok, c.describe()
+
+
+@gpu
+def test_splitk_layer_on_gpu() -> None:
+    import torch
+
+    from argus.interp.run import compare
+
+    m, n, k, chunk = 256, 136, 20000, 4096
+    splits = -(-k // chunk)
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(k, n, device="cuda").to(torch.bfloat16)
+    t = {"A": a, "B": b, "WS": torch.full((splits, m, n), float("nan"), device="cuda"),
+         "C": torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)}
+    _layer_run([_kernel("splitk.arg", "gemm_splitk", {}), _kernel("splitk.arg", "splitk_reduce", {})], t, {})
+    c = compare("C", t["C"].float().cpu().numpy(), (a.double() @ b.double()).cpu().numpy(), DTYPES["bf16"])
+    assert c.ok, c.describe()
+
+
+@gpu
+@pytest.mark.parametrize(("layout", "construct"), CONSTRUCT_CASES, ids=[f"{a}-{b}" for a, b in CONSTRUCT_CASES])
+def test_construct_on_gpu(layout: str, construct: str) -> None:
+    k = build_kernel(parse(kernel_source(layout, construct), f"{layout}_{construct}.arg").kernels[0], {})
+    whole = any(w in construct for w in ("axis0", "col_stats", "keepdims_cols"))  # one block holds the rows it reduces
+    shapes = ({"M": 64, "N": 64, "K": 32},) if whole else ({"M": 150, "N": 64, "K": 32}, {"M": 64, "N": 64, "K": 40})
+    for dims in shapes:
+        _check(k, {d: v for d, v in dims.items() if d in k.dims}, seed=3)
