@@ -59,9 +59,48 @@ def add_tune_parser(sub, parse_define: Callable[[str], tuple[str, object]]) -> a
     return t
 
 
+def choose_kernel(sf, name: str | None, defines: dict[str, object]) -> tuple[str | None, str]:
+    """The kernel to tune: the named one; for a layer's name or no name in a file of several kernels, the
+    one with the most matrix-product work (argus.agent.family.default_kernel), with a note saying so."""
+    from argus.agent.family import default_kernel
+
+    layer = next((g for g in sf.layers if g.name == name), None)
+    if name is not None and layer is None:
+        return name, ""
+    if len(sf.kernels) == 1 and layer is None:
+        return sf.kernels[0].name, ""
+    built = [e.build({n: v for n, v in defines.items() if n in own_params(e)}) for e in sf.kernels]
+    best, note = default_kernel(built)
+    if layer is not None:
+        note = (f"'{name}' is a layer (a float64 reference over the file's kernels, run from host code); "
+                + note.replace("tuning kernel", "tuning its kernel", 1))
+    return best.name, note
+
+
+def own_params(entry) -> set[str]:
+    from argus.dsl import ast
+
+    return {s.name for s in entry.node.body if isinstance(s, ast.Param)}
+
+
+def kernel_text(sf, entry) -> str:
+    """One kernel of a file of several: its own lines (header to the end of its reference block) with
+    the lines above it blank, so rewrites touch only this kernel and diagnostics keep the file's line
+    numbers."""
+    starts = sorted(n.span.line for n in (*(e.node for e in sf.kernels), *sf.layers))
+    first = entry.node.span.line
+    later = [x for x in starts if x > first]
+    lines = entry.text.splitlines()
+    own = lines[first - 1: (later[0] - 1 if later else len(lines))]
+    while own and (not own[-1].strip() or own[-1].lstrip().startswith("#")):
+        own.pop()
+    return "\n" * (first - 1) + "\n".join(own) + "\n"
+
+
 def cmd_tune(args) -> int:
     from argus.agent.loop import TuneConfig, TuneError, Tuner
     from argus.agent.planners import PlannerError
+    from argus.agent.problem import ProblemError, problem_for
     from argus.agent.record import RecordError
     from argus.agent.shapes import parse_shapes
     from argus.agent.source import declared_params
@@ -75,35 +114,47 @@ def cmd_tune(args) -> int:
     # A .py file: the tuner rewrites the chosen kernel's Argus text (its lines of the .py), starting from the
     # params its decorator binds; diagnostics keep the .py's line numbers. A .arg file is read through
     # argus.files (a regular file, UTF-8, below the size limit). --budget >= 0 is checked by its type.
-    entry = load_source(path).select(args.kernel)
-    source = entry.text
+    sf = load_source(path)
     defines = dict(args.define or [])
+    name, note = choose_kernel(sf, args.kernel, defines)
+    entry = sf.select(name)
+    source = entry.text
+    if not str(path).endswith(".py") and len(sf.kernels) + len(sf.layers) > 1:
+        source = kernel_text(sf, entry)
     declared = declared_params(source)
     params = {**entry.params, **{k: v for k, v in defines.items() if k in declared}}
-    k = build_source(source, params, args.kernel, path=str(path))  # errors go to the CLI's diagnostics
-    dims_given = {d: int(defines[d]) for d in k.dims if d in defines}
-    unknown = [n for n in defines if n not in declared and n not in k.dims]
+    k = build_source(source, params, name, path=str(path))  # errors go to the CLI's diagnostics
+    try:
+        names = problem_for(k).space(k).names
+    except ProblemError as e:
+        print(f"argus tune: {terminal(str(e))}", file=sys.stderr)
+        return EXIT_ERROR
+    dims_given = {d: int(defines[d]) for d in names if d in defines}
+    unknown = [n for n in defines if n not in declared and n not in k.dims and n not in names]
     if unknown:
-        print(f"argus tune: -D {unknown[0]}: kernel '{k.name}' has no param or dim of that name "
-              f"(params: {', '.join(declared)}; dims: {', '.join(k.dims)})", file=sys.stderr)
+        print(f"argus tune: -D {unknown[0]}: kernel '{k.name}' has no param or problem size of that name "
+              f"(params: {', '.join(declared)}; problem sizes: {', '.join(names)})", file=sys.stderr)
         return EXIT_USAGE
     try:
-        targets = parse_shapes(args.shapes, tuple(k.dims)) if args.shapes else None
-        checks = parse_shapes(args.check_shapes, tuple(k.dims)) if args.check_shapes else None
+        targets = parse_shapes(args.shapes, tuple(names)) if args.shapes else None
+        checks = parse_shapes(args.check_shapes, tuple(names)) if args.check_shapes else None
     except ValueError as e:
         print(f"argus tune: {terminal(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     if targets is None and dims_given:
-        if len(dims_given) != len(k.dims):
-            print(f"argus tune: give every dim ({', '.join(k.dims)}) with -D, or use --shapes", file=sys.stderr)
+        if len(dims_given) != len(names):
+            print(f"argus tune: give every problem size ({', '.join(names)}) with -D, or use --shapes",
+                  file=sys.stderr)
             return EXIT_USAGE
         targets = [dims_given]
+    if note:
+        print(terminal(note), flush=True)
     out = args.out or f"tune-{path.stem}"
     if os.path.lexists(out) and not os.path.isdir(out):
         print(f"argus tune: --out {terminal(out)} exists and is not a folder", file=sys.stderr)
         return EXIT_USAGE
     cfg = TuneConfig(file=str(path), out_dir=out, budget=args.budget, planner=args.planner, model=args.model,
-                     seed=args.seed, params=params, kernel=args.kernel,
+                     seed=args.seed, params=params, kernel=name,
                      targets=tuple(targets) if targets else None, checks=tuple(checks) if checks else None,
                      resume=args.resume, evaluator=args.evaluator, verifier=args.verifier,
                      max_repairs=args.max_repairs, timeout_s=args.timeout, verify_timeout_s=args.verify_timeout,
