@@ -128,8 +128,8 @@ def dim_constraints(kernel: ir.Kernel, v: dict[str, z3.ArithRef]) -> list:
                         out.append(z3.BoolVal(False))
                 else:
                     out.append(c)
-            elif isinstance(s, ir.Role):
-                go(s.body)
+            elif isinstance(s, (ir.Role, ir.For)):
+                go(s.body)  # a persistent tile loop keeps the dims' assumes inside it
 
     go(kernel.body)
     return out

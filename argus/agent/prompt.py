@@ -27,7 +27,7 @@ Reply with a short rationale and then EXACTLY ONE fenced block, either
 {"parent_step": 3, "edits": [{"op": "set_param", "name": "BN", "value": 256}], "reasoning": "..."}
 ```
    ops: set_param {name, value}; replace_text {old (must occur exactly once), new}; rewrite {name, args} with \
-these rewrite templates:
+these rewrites (each derived from the program at hand):
 __REWRITES__
 2. or a complete Argus program (same kernel signature and the same reference: block):
 ```argus
