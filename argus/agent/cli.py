@@ -22,7 +22,8 @@ def add_tune_parser(sub, parse_define: Callable[[str], tuple[str, object]]) -> a
         "(a param or a structural rewrite), verify it (repairing violations a bounded number of times), evaluate "
         "it (correctness at small and unseen irregular shapes, time at the target shapes) and record the step. "
         "Without a GPU runtime the times come from an analytic cost model and are marked as estimates. Writes "
-        "OUT/record.jsonl, OUT/<name>_tuned.arg, OUT/report.md and OUT/reward.png.",
+        "OUT/record.jsonl, OUT/<kernel>_tuned.arg, OUT/report.md and OUT/reward.png. Every step also goes to the "
+        "learning store (--store), which later runs read.",
         epilog="Exit status: 0 done, 1 a run error (kernel does not check, planner unavailable), 2 bad command line.")
     t.add_argument("file", help="an Argus source file (.arg), or a Python file (.py) of @argus.kernel definitions "
                    "(imported: its module-level code runs)")
@@ -53,6 +54,11 @@ def add_tune_parser(sub, parse_define: Callable[[str], tuple[str, object]]) -> a
                    help="seconds one evaluation (and one gate interpreter run) may take, in a child process")
     t.add_argument("--verify-timeout", type=seconds, default=30.0,
                    help="seconds the static verifier may take per candidate; past it the verdict is unknown")
+    t.add_argument("--store", metavar="PATH", help="the learning store: every step's change, effect and verdict is "
+                   "added to it, and earlier runs' entries order the built-in planner's search and give the "
+                   "anthropic planner contrastive pairs (default: $ARGUS_TUNE_STORE or "
+                   "~/.cache/argus/tune-store.json)")
+    t.add_argument("--no-store", action="store_true", help="neither read nor update the learning store")
     t.add_argument("--memory-limit", type=size, default=DEFAULT_MEMORY, metavar="SIZE",
                    help=f"memory budget of each verifier, interpreter and CPU evaluation child (default "
                    f"{format_bytes(DEFAULT_MEMORY)}; the GPU evaluator's child is bounded by --timeout only)")
@@ -104,6 +110,7 @@ def cmd_tune(args) -> int:
     from argus.agent.record import RecordError
     from argus.agent.shapes import parse_shapes
     from argus.agent.source import declared_params
+    from argus.agent.store import default_path
     from argus.ir.build import build_source
     from argus.sources import load_source
 
@@ -158,7 +165,8 @@ def cmd_tune(args) -> int:
                      targets=tuple(targets) if targets else None, checks=tuple(checks) if checks else None,
                      resume=args.resume, evaluator=args.evaluator, verifier=args.verifier,
                      max_repairs=args.max_repairs, timeout_s=args.timeout, verify_timeout_s=args.verify_timeout,
-                     memory_bytes=args.memory_limit, source=source)
+                     memory_bytes=args.memory_limit, source=source,
+                     store=None if args.no_store else (args.store or str(default_path())))
 
     def progress(line: str) -> None:
         print(terminal(line), flush=True)  # lines quote model replies: no escape sequences reach the terminal

@@ -31,6 +31,7 @@ from argus.agent.record import RunRecord
 from argus.agent.referee import Evaluation, Referee, RefereeConfig
 from argus.agent.rewrites import Env
 from argus.agent.shapes import default_targets, label
+from argus.agent.store import Store, StoreError, contrastive, run_entries, signature
 from argus.escape import terminal
 from argus.limits import DEFAULT_MEMORY
 
@@ -61,6 +62,7 @@ class TuneConfig:
     scale_shapes: int = 2  # hidden shapes up to the targets' scale per evaluation
     memory_bytes: int | None = DEFAULT_MEMORY  # each verifier / interpreter / CPU evaluation child
     source: str | None = None  # the program text (default: read from file)
+    store: str | None = None  # the learning store (argus/agent/store.py); None: runs learn nothing across
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,8 @@ class Tuner:
             fixed = self.space.fixed()
             header["fixed_dims"] = sorted(fixed)
             self.record = RunRecord.create(self.record_path, header)
+        self.run_id = f"{self.record_path.resolve()}@{self.record.header.get('created', '')}"
+        self.store = Store(cfg.store) if cfg.store else None
         try:
             self._finish_init(cfg, fixed)
         except BaseException:
@@ -148,6 +152,18 @@ class Tuner:
         self.referee = Referee(self.backend, self.start, RefereeConfig(
             tuple(self.checks), tuple(self.targets), cfg.hidden_shapes, fixed, cfg.timeout_s,
             scale=cfg.scale_shapes, memory_bytes=cfg.memory_bytes, inputs=self.inputs, space=self.space))
+        self.priors, self.lessons = None, ()
+        if self.store is not None:
+            try:
+                entries = self.store.load()
+            except StoreError as e:
+                self.progress(f"note: {e}; this run learns nothing from earlier ones")
+                entries = []
+            from argus.agent.store import Priors
+
+            self.priors = Priors(entries, self.family, exclude_run=self.run_id)
+            sig = signature(self.start_ir, self.targets[0], self.family)
+            self.lessons = tuple(contrastive(entries, self.family, sig, exclude_run=self.run_id))
         self.library = {}
         for s in self.targets:
             lib = kbmod.library_tflops(self.kind, s)
@@ -188,7 +204,8 @@ class Tuner:
             vals = "/".join(f"{v[0]:.0f}" for v in self.library.values())
             lib = f"{next(iter(self.library.values()))[1].split(' on ')[0]} {vals} TFLOP/s (recorded)"
         return PlannerContext(step, self.cfg.budget, self.cfg.seed, self.history(), self.kb, self.kind, self.env,
-                              tuple(self.checks), tuple(self.targets), bool(self.backend.estimate), lib)
+                              tuple(self.checks), tuple(self.targets), bool(self.backend.estimate), lib,
+                              self.priors, self.lessons)
 
     def _start_times(self) -> list[float]:
         ev = self.record.steps[0]["evaluation"]
@@ -243,7 +260,8 @@ class Tuner:
                 "library_ratio": lib, "tflops": [t.tflops for t in ev.timings],
                 "tbps": [t.tbps for t in ev.timings], "best_step": 0,
                 "best_reward": 0.0, "diagnosis": diag, "estimate": ev.estimate,
-                "planner": {"name": "start", "reasoning": ""}, "seconds": round(time.perf_counter() - t0, 3)}
+                "planner": {"name": "start", "reasoning": ""}, "signature": self._signature(self.start_ir),
+                "seconds": round(time.perf_counter() - t0, 3)}
 
     def run_step(self, step: int) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -292,6 +310,12 @@ class Tuner:
             "diagnosis": [], "estimate": bool(self.backend.estimate),
             "planner": {"name": self.planner.name, "reasoning": proposal.reasoning},
         }
+        if k is not None:
+            rec["signature"] = self._signature(k)
+        if cand is not None and parent is not None and parent.candidate is not None:
+            from argus.agent.program import diff
+
+            rec["diff"] = diff(parent.candidate, cand, context=1)[:800]
         if ev is not None and ev.ok:
             reward, sp, lib = self._reward(ev)
             rec.update(reward=reward, speedups=sp, library_ratio=lib, tflops=[t.tflops for t in ev.timings],
@@ -301,6 +325,19 @@ class Tuner:
         rec["best_step"], rec["best_reward"] = best["step"], best["reward"]
         rec["seconds"] = round(time.perf_counter() - t0, 3)
         return rec
+
+    def _signature(self, k) -> dict[str, Any]:
+        return signature(k, self.inputs.dims(k, self.targets[0]), self.family)
+
+    def _learn(self, rec: dict[str, Any]) -> None:
+        """Add the step to the store (failures too); a store that cannot be written costs a note."""
+        if self.store is None or rec["step"] == 0:
+            return
+        try:
+            self.store.add(run_entries(self.run_id, self.record.header, self.record.steps)[-1:])
+        except (StoreError, OSError) as e:
+            self.progress(f"note: the tune store was not updated: {e}")
+            self.store = None
 
     # ---- the run ----
     def line(self, rec: dict[str, Any]) -> str:
@@ -360,6 +397,7 @@ class Tuner:
                 self.progress(stopped)
                 break
             self.record.append(rec)
+            self._learn(self.record.steps[-1])
             self.progress(self.line(rec))
             if self.on_step:
                 self.on_step(rec)

@@ -105,6 +105,36 @@ def contrastive_pairs(ctx: PlannerContext, max_pairs: int = 2) -> list[str]:
     return out
 
 
+def earlier_runs(ctx: PlannerContext) -> list[str]:
+    """The store's strongest pairs: a change, the times before and after it, and how the programs differ."""
+    out = []
+    for e in ctx.lessons:
+        before, after = e.get("parent_time_s") or [], e.get("time_s") or []
+        if not before or not after:
+            continue
+        fast, slow = ("after", "before") if e["effect"] > 0 else ("before", "after")
+        b = e.get("before") or {}
+        kern = ", ".join(f"{k} {b[k]}" for k in ("instr", "tile", "stages", "warp_specialised") if k in b)
+        times = " / ".join(f"{x * 1e6:.1f}" for x in before) + " us -> " + " / ".join(f"{x * 1e6:.1f}" for x in after)
+        est = " (CPU estimates)" if e.get("estimate") else ""
+        verdict = {"verified": "proved", "unknown": "unproved"}.get(e.get("verify") or "", e.get("verify") or "")
+        change = e.get("action") or ", ".join(_change_text(x) for x in e.get("edits") or []) or "a new program"
+        text = (f"FASTER is {fast}, SLOWER is {slow}: `{change}` on kernel {e.get('kernel')} ({kern}): {times}{est}, "
+                f"{math.exp(e['effect']):.2f}x, {verdict}")
+        if e.get("diff"):
+            text += f"\n```diff\n{e['diff']}\n```"
+        out.append(text)
+    return out
+
+
+def _change_text(e: dict[str, Any]) -> str:
+    if e.get("op") == "set_param":
+        return f"{e.get('name')}={e.get('value')}"
+    if e.get("op") == "rewrite":
+        return f"{e.get('name')}({', '.join(f'{k}={v}' for k, v in (e.get('args') or {}).items())})"
+    return "replace_text"
+
+
 def failures(ctx: PlannerContext, limit: int = 3) -> list[str]:
     out = []
     for n in reversed(ctx.history):
@@ -157,6 +187,9 @@ def build_prompt(ctx: PlannerContext) -> str:
     pairs = contrastive_pairs(ctx)
     if pairs:
         parts += ["## Contrastive pairs", "\n\n".join(pairs)]
+    lessons = earlier_runs(ctx)
+    if lessons:
+        parts += ["## Contrastive pairs from earlier runs (the tune store, similar kernels)", "\n\n".join(lessons)]
     fails = failures(ctx)
     if fails:
         parts += ["## Recent failures (verifier counterexamples, compiler and referee messages)", "\n\n".join(fails)]
