@@ -62,6 +62,17 @@ def _change(n: Node) -> str:
     return n.action or "new program"
 
 
+def _program_change(ctx: PlannerContext, n: Node) -> str:
+    """A whole-program step, summarised by its param changes (or the number of lines it changed)."""
+    parent = ctx.node(n.parent)
+    if parent is None or parent.candidate is None or n.candidate is None:
+        return "new program"
+    d = diff(parent.candidate, n.candidate, context=0).splitlines()
+    params = [ln.replace(": ", " ", 1) for ln in d if ": " in ln and " -> " in ln and not ln.startswith(("+", "-"))]
+    lines = sum(1 for ln in d if ln[:1] in "+-" and not ln.startswith(("+++", "---")))
+    return "program: " + ("; ".join(params) if params else f"{lines} lines changed")
+
+
 def trajectory_table(ctx: PlannerContext, limit: int = 30) -> str:
     steps = {n.key: n.step for n in ctx.history if n.key}
     rows = ["| step | parent | change | status | reward | TFLOP/s |", "| ---: | ---: | --- | --- | ---: | ---: |"]
@@ -70,7 +81,8 @@ def trajectory_table(ctx: PlannerContext, limit: int = 30) -> str:
         hist = hist[:1] + hist[-(limit - 1):]
     for n in hist:
         r = "-" if n.reward is None else f"{n.reward:+.3f}"
-        rows.append(f"| {n.step} | {steps.get(n.parent, '')} | {_change(n)[:70]} | {n.status} | {r} | {_tf(n)} |")
+        change = _program_change(ctx, n) if n.action == "llm:program" else _change(n)
+        rows.append(f"| {n.step} | {steps.get(n.parent, '')} | {change[:70]} | {n.status} | {r} | {_tf(n)} |")
     return "\n".join(rows)
 
 
