@@ -30,8 +30,11 @@ def add_tune_parser(sub, parse_define: Callable[[str], tuple[str, object]]) -> a
     t.add_argument("-D", dest="define", action="append", type=parse_define, metavar="NAME=VALUE",
                    help="starting param value (repeatable), e.g. -D BM=64; giving every runtime dim (-D M=...) "
                    "makes that the target shape")
-    t.add_argument("--kernel", help="which kernel of the file (default: the first)")
+    t.add_argument("--kernel", help="which kernel of the file, or a layer's name; default (and for a layer): the "
+                   "kernel with the most matrix-product work, named on the first line of output")
     t.add_argument("--budget", type=nonnegative, default=48, help="number of proposals to evaluate (default 48)")
+    t.add_argument("--time-limit", type=seconds, metavar="SECONDS", help="stop before a step that would end past "
+                   "this many seconds of the run (judged by the steps so far); the best so far is kept")
     t.add_argument("--planner", choices=("builtin", "anthropic"), default="builtin",
                    help="builtin: offline tree search over the knowledge base (default); anthropic: a Claude "
                    "model through the anthropic SDK (needs ANTHROPIC_API_KEY)")
@@ -39,9 +42,12 @@ def add_tune_parser(sub, parse_define: Callable[[str], tuple[str, object]]) -> a
                    "claude-sonnet-4-5)")
     t.add_argument("--seed", type=nonnegative, default=0, help="seed for the planner and the referee's inputs")
     t.add_argument("--shapes", help="target shapes, ';'-separated: 'M,N,K;...' in the kernel's dim order or "
-                   "'M=4096,N=4096,K=4096;...' (default for GEMM: 4096^3 and 8192^3)")
-    t.add_argument("--check-shapes", help="planner-visible small correctness shapes (same syntax; default: "
-                   "128s and an irregular one)")
+                   "'M=4096,N=4096,K=4096;...'. The sizes are the kernel's dims, or for a kernel over routing "
+                   "metadata (argus.moe) the routing's T,E,KTOP,HID,F. Default: GEMM 4096^3 and 8192^3; otherwise "
+                   "the tiled dims 4096 and the counting dims (batch, heads) 8, as the kernel's assumes allow; MoE "
+                   "T=2048,E=8,KTOP=2,HID=2048,F=2048")
+    t.add_argument("--check-shapes", help="planner-visible small correctness shapes (same syntax; default: two "
+                   "solved from the kernel's assumes, one tile-aligned and one irregular, counting dims 2-3)")
     t.add_argument("--out", help="output folder (default: tune-<file stem>)")
     t.add_argument("--resume", action="store_true", help="continue the run recorded in --out after a kill")
     t.add_argument("--evaluator", choices=("auto", "model", "gpu"), default="auto",
@@ -166,7 +172,8 @@ def cmd_tune(args) -> int:
                      resume=args.resume, evaluator=args.evaluator, verifier=args.verifier,
                      max_repairs=args.max_repairs, timeout_s=args.timeout, verify_timeout_s=args.verify_timeout,
                      memory_bytes=args.memory_limit, source=source,
-                     store=None if args.no_store else (args.store or str(default_path())))
+                     store=None if args.no_store else (args.store or str(default_path())),
+                     time_limit_s=args.time_limit)
 
     def progress(line: str) -> None:
         print(terminal(line), flush=True)  # lines quote model replies: no escape sequences reach the terminal

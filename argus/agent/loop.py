@@ -63,6 +63,7 @@ class TuneConfig:
     memory_bytes: int | None = DEFAULT_MEMORY  # each verifier / interpreter / CPU evaluation child
     source: str | None = None  # the program text (default: read from file)
     store: str | None = None  # the learning store (argus/agent/store.py); None: runs learn nothing across
+    time_limit_s: float | None = None  # wall-clock budget of the run: no step starts that would not finish
 
 
 @dataclass(frozen=True)
@@ -389,7 +390,16 @@ class Tuner:
             if self.on_step:
                 self.on_step(rec)
         stopped = ""
+        t0 = time.monotonic()
         for step in range(len(self.record.steps), self.cfg.budget + 1):
+            if self.cfg.time_limit_s is not None:
+                done = [s.get("seconds") or 0.0 for s in self.record.steps[1:]] or [self.record.steps[0].get("seconds")
+                                                                                     or 0.0]
+                if time.monotonic() - t0 + sum(done) / len(done) > self.cfg.time_limit_s:
+                    stopped = (f"time limit: {self.cfg.time_limit_s:.0f} s would pass during step {step} "
+                               f"(steps take {sum(done) / len(done):.0f} s)")
+                    self.progress(stopped)
+                    break
             try:
                 rec = self.run_step(step)
             except PlannerExhausted as e:

@@ -44,6 +44,8 @@ STATUSES = ("ok", "compile-error", "wrong", "timeout", "fault", "rejected", "err
 
 
 KINDS = ("visible", "hidden", "scale", "timed")  # planner-visible, small unseen, unseen at scale, a target
+MAX_REFERENCE_ELEMENTS = 1.5e8  # largest float64 array of an unseen shape's whole reference (1.2 GB)
+MAX_REFERENCE_FLOPS = 5e10  # float64 work of it (tens of seconds at most)
 
 
 @dataclass(frozen=True)
@@ -276,18 +278,19 @@ def trial(backend: Backend, source: str, defines: dict, kernel: str | None, ref_
     except ArgusError as e:
         return {"stage": "compile", "error": "; ".join(d.message for d in e.diagnostics), "report": {}}
     out: dict[str, Any] = {"stage": "done", "report": compiled.report, "checks": [], "timings": []}
-    probe = None
+    probe = probe_arrays = None
     for i, (shape, kind) in enumerate(checks):
         rng = np.random.default_rng([seed, i])
         dims, arrays = inputs.arrays(cand, shape, rng)
-        probe = probe or dims
+        if probe is None:
+            probe, probe_arrays = dims, {n: a.copy() for n, a in arrays.items()}
         broken = broken_assumes(cand, dims, resolve_scalars(ref, dims))
         out["checks"].append(_refused(dims, kind, broken[0]) if broken else
                              full_check(backend, compiled, ref, dims, kind, rng, arrays, shape))
         if not out["checks"][-1]["ok"]:
             return out  # no point timing a wrong kernel
     probe = probe or {d: 64 for d in ref.dims}
-    refs = SlicedReference(ref, resolve_scalars(ref, probe))  # scalar arguments: their defaults
+    refs = SlicedReference(ref, resolve_scalars(ref, probe), probe_arrays)  # scalar arguments: their defaults
     for j, shape in enumerate(times):
         rng = np.random.default_rng([seed, 7919, j])
         dims, arrays = inputs.arrays(cand, shape, rng, big=True, adversarial=False)
@@ -326,10 +329,15 @@ class Referee:
         return fl, by, floor_seconds(fl, by, self.config.machine)
 
     def _admissible(self, s: Shape) -> bool:
-        """A shape the starting kernel itself accepts (its own assumes hold there)."""
+        """A shape the starting kernel itself accepts (its own assumes hold there), whose whole float64
+        reference stays affordable (a routed MoE reference gathers an [M, HID, F] weight array)."""
         from argus.agent.assumes import broken_assumes
+        from argus.agent.workload import reference_cost
 
-        return not broken_assumes(self.ref_kernel, self.config.inputs.dims(self.ref_kernel, s))
+        dims = self.config.inputs.dims(self.ref_kernel, s)
+        flops, peak = reference_cost(self.ref_kernel, dims)
+        return not broken_assumes(self.ref_kernel, dims) and peak <= MAX_REFERENCE_ELEMENTS and \
+            flops <= MAX_REFERENCE_FLOPS
 
     def shapes_for(self, seed: int) -> list[tuple[Shape, str]]:
         cfg = self.config

@@ -95,6 +95,7 @@ class Counter:
     def __init__(self, env: dict[str, object]):
         self.env = env
         self.products: list[list] = []  # [flops, dim names spanned, masked already]
+        self.peak = 0  # elements of the largest intermediate value
 
     @property
     def flops(self) -> float:
@@ -131,6 +132,12 @@ class Counter:
         return (self.record(total * (min(dens) if dens else 1.0), names, bool(dens)),)
 
     def val(self, e: ast.Expr) -> object:
+        v = self._val(e)
+        if isinstance(v, Val):  # the largest array the block materialises (a gathered Wg[We] is one)
+            self.peak = max(self.peak, math.prod(x for x, _ in v.shape))
+        return v
+
+    def _val(self, e: ast.Expr) -> object:
         env = self.env
         if isinstance(e, ast.Name):
             v = env.get(e.id)
@@ -281,6 +288,12 @@ def reference_flops(reference: tuple[ast.Stmt, ...], shapes: dict[str, tuple[Siz
                     scalars: dict[str, object]) -> float:
     """Useful FLOPs of the block: `shapes` maps tensor names to their (size, dim name) tuples;
     `scalars` holds dims and params."""
+    return reference_work(reference, shapes, scalars)[0]
+
+
+def reference_work(reference: tuple[ast.Stmt, ...], shapes: dict[str, tuple[Size, ...]],
+                   scalars: dict[str, object]) -> tuple[float, int]:
+    """(useful FLOPs, elements of the largest intermediate array) of the block."""
     env: dict[str, object] = dict(scalars)
     env.update({n: Val(s) for n, s in shapes.items()})
     c = Counter(env)
@@ -296,4 +309,4 @@ def reference_flops(reference: tuple[ast.Stmt, ...], shapes: dict[str, tuple[Siz
         else:
             for t in s.targets:
                 env.pop(t.id, None)
-    return c.flops
+    return c.flops, c.peak

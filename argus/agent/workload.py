@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from argus.agent.hardware import H200, Machine
-from argus.agent.refwork import reference_flops
+from argus.agent.refwork import reference_work
 from argus.ir import nodes as ir
 
 
@@ -22,12 +22,17 @@ def tensor_shape(t: ir.TensorDecl, dims: dict[str, int]) -> tuple[int, ...]:
 def useful_flops(kernel: ir.Kernel, dims: dict[str, int]) -> float:
     """The reference block's matrix products (argus.agent.refwork: einsum, causal masks, routed rows);
     0 when it has none."""
+    return reference_cost(kernel, dims)[0]
+
+
+def reference_cost(kernel: ir.Kernel, dims: dict[str, int]) -> tuple[float, int]:
+    """(useful FLOPs, elements of the largest array the reference block materialises) at dims."""
     if not kernel.reference:
-        return 0.0
+        return 0.0, 0
     shapes = {t.name: tuple((d, None) if isinstance(d, int) else (int(dims[d]), d) for d in t.dims)
               for t in kernel.tensors}
     scalars = {**{n: v for n, v in kernel.params}, **{d: int(v) for d, v in dims.items()}}
-    return reference_flops(kernel.reference, shapes, scalars)
+    return reference_work(kernel.reference, shapes, scalars)
 
 
 def min_bytes(kernel: ir.Kernel, dims: dict[str, int]) -> float:
