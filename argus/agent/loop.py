@@ -261,7 +261,7 @@ class Tuner:
                 "library_ratio": lib, "tflops": [t.tflops for t in ev.timings],
                 "tbps": [t.tbps for t in ev.timings], "best_step": 0,
                 "best_reward": 0.0, "diagnosis": diag, "estimate": ev.estimate,
-                "planner": {"name": "start", "reasoning": ""}, "signature": self._signature(self.start_ir),
+                "planner": {"name": "start", "reasoning": ""}, "signature": self._signature(self.start_ir), "diff": "",
                 "seconds": round(time.perf_counter() - t0, 3)}
 
     def run_step(self, step: int) -> dict[str, Any]:
@@ -310,6 +310,7 @@ class Tuner:
             "status": status, "reward": None, "speedups": None, "library_ratio": None, "tflops": None,
             "diagnosis": [], "estimate": bool(self.backend.estimate),
             "planner": {"name": self.planner.name, "reasoning": proposal.reasoning},
+            "tbps": None, "signature": {}, "diff": "",
         }
         if k is not None:
             rec["signature"] = self._signature(k)
