@@ -34,3 +34,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _private_tune_store(tmp_path_factory, monkeypatch):
+    """`argus tune` adds every step to a learning store that later runs read (argus/agent/store.py): each
+    test gets its own, so no test learns from another (or from the user's ~/.cache)."""
+    monkeypatch.setenv("ARGUS_TUNE_STORE", str(tmp_path_factory.mktemp("store") / "tune-store.json"))

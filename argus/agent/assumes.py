@@ -52,6 +52,10 @@ def _walk(stmts: tuple[ir.Stmt, ...], env: dict[str, object], block: tuple[int, 
                 out.append(Broken(show(s.cond), s.span.line if s.span else None, block))
         elif isinstance(s, ir.Role):
             _walk(s.body, dict(env), block, out)  # a role's straight-line prefix runs for every block
+        elif isinstance(s, ir.For):
+            inner = dict(env)
+            inner.pop(s.var, None)  # assumes over the loop's own values stay unknown (the interpreter's)
+            _walk(s.body, inner, block, out)
 
 
 def broken_assumes(kernel: ir.Kernel, dims: dict[str, int], scalars: dict[str, object] | None = None

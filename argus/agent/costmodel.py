@@ -139,7 +139,7 @@ def model(kernel: ir.Kernel, dims: dict[str, int], useful_flops: float, m: Machi
     r = max(1, min(res.blocks_per_sm, math.ceil(launched / sms)))
     peak_sm = m.peak_bf16_flops.value * m.sustained_clock_fraction.value / sms
     eff, instr_note = _instr_efficiency(f, r, m)
-    flops_step = 2.0 * s.m * s.n * s.k
+    flops_step = f.mma_flops_per_tile / max(1, f.ksteps) if f.mma_flops_per_tile else 2.0 * s.m * s.n * s.k
     copy_step = f.copy_bytes_per_tile / max(1, f.ksteps)
     # Operand reads from shared memory per k-step: each warp (mma.sync) or warpgroup (wgmma) reads
     # its rows of A and its columns of B.
@@ -153,6 +153,17 @@ def model(kernel: ir.Kernel, dims: dict[str, int], useful_flops: float, m: Machi
     if not f.warp_specialised and f.ring_depth > 1:
         issue *= 1.03  # a block-wide barrier every k-step
     t_c = r * flops_step / (peak_sm * eff) * issue
+    # Transcendentals (softmax's exp2) run on the SFUs, not the tensor cores; with the surrounding FP32
+    # math (max, scale, sum) they cost about two SFU slots per element. The same warps issue both: one
+    # warpgroup serialises them, several overlap one's softmax with another's MMAs (partly).
+    mufu_step = f.mufu_per_tile / max(1, f.ksteps)
+    t_x = r * 2.0 * mufu_step / (m.sfu_ops_per_clk_per_sm * m.clock_hz.value)
+    groups = (f.consumer_warpgroups if f.warp_specialised else max(1, f.threads // 128)) * r
+    if t_x > 0:
+        overlap = 0.5 if groups >= 2 and s.instr == "wgmma" else 0.0
+        t_c = max(t_c, t_x) + (1.0 - overlap) * min(t_c, t_x)
+        if t_x > 0.3 * t_c:
+            notes.append(f"softmax exponentials take {t_x / t_c:.0%} of each step's compute (SFU-bound share)")
     t_s = r * (copy_step + read_step * ways) / m.smem_bytes_per_s_per_sm.value
     t_g = r * copy_step / (m.l2_bytes_per_s.value / sms)
     t_step = max(t_c, t_s, t_g)

@@ -99,6 +99,8 @@ class Features:
     panel_bytes: tuple[tuple[str, int], ...]  # the same per input tensor (one operand panel)
     store_bytes_per_tile: int
     env: tuple[tuple[str, int], ...]  # dims, params and top-level scalars evaluated (for wave simulation)
+    mma_flops_per_tile: float = 0.0  # every mma of a tile (all sites), averaged over sampled blocks
+    mufu_per_tile: float = 0.0  # transcendental tile elements (exp, exp2, log, ...) per tile: the SFU's work
 
     @property
     def main(self) -> MmaSite | None:
@@ -111,6 +113,8 @@ class Features:
 
     @property
     def executed_mma_flops(self) -> float:
+        if self.mma_flops_per_tile:
+            return float(self.tiles) * self.mma_flops_per_tile
         return float(self.tiles) * self.ksteps * self.mma_flops_per_step
 
     def dim(self, name: str) -> int | None:
@@ -155,12 +159,25 @@ def _exprs(node):
                             yield from _exprs(y)
 
 
+MUFU = ("exp", "exp2", "log", "log2", "rsqrt", "sqrt")
+
+
+def _mma_key_flops(e: ir.Mma) -> tuple[tuple, float]:
+    a, b = _shape(e.a), _shape(e.b)
+    m, k = (a[-2], a[-1]) if len(a) >= 2 else (0, 0)
+    n = b[-1] if len(b) >= 2 else 0
+    return (e.span, m, n, k), 2.0 * m * n * k
+
+
 class _Counter:
-    """Executions of mma and bytes copied/stored for one tile of block 0, with loop trips multiplied."""
+    """Executions of mma and bytes copied/stored for one tile of one block, with loop trips multiplied."""
 
     def __init__(self, env: dict[str, int]):
         self.env = env
         self.mma = 0
+        self.sites: dict[tuple, float] = {}  # executions per mma site (source span and shape)
+        self.mma_flops = 0.0
+        self.mufu = 0.0
         self.copy_bytes = 0
         self.by_tensor: dict[str, float] = {}
         self.store_bytes = 0
@@ -187,6 +204,11 @@ class _Counter:
                 for e in _exprs(s):
                     if isinstance(e, ir.Mma):
                         self.mma += mult
+                        key, fl = _mma_key_flops(e)
+                        self.sites[key] = self.sites.get(key, 0) + mult
+                        self.mma_flops += mult * fl
+                    elif isinstance(e, ir.Math) and e.fn in MUFU and isinstance(e.type, TileT):
+                        self.mufu += mult * math.prod(e.type.shape)
             elif isinstance(s, ir.Copy) and s.dst is not None and isinstance(s.src, ir.Ref) \
                     and s.src.space == "global":
                 nbytes = mult * math.prod(s.dst.shape) * s.dst.dtype.bytes
@@ -234,6 +256,7 @@ class _Counter:
                     sub.per_block = set(self.per_block)
                     sub.run(s.body, mult)
                     self.copy_bytes += sub.copy_bytes
+                    self.persistent_trips = self.persistent_trips or sub.persistent_trips
                     for k, v in sub.by_tensor.items():
                         self.by_tensor[k] = self.by_tensor.get(k, 0) + v
 
@@ -347,7 +370,17 @@ def extract(kernel: ir.Kernel, dims: dict[str, int]) -> Features:
     counter.run(kernel.body)
     if not counter.top_env:
         counter.top_env = dict(counter.env)
-    ksteps = int(counter.mma / max(1, len({(s.m, s.n, s.k) for s in sites}))) if sites else 0
+    # Work that varies between blocks (a causal kv loop, an expert's rows): averaged over sampled blocks.
+    samples = [counter]
+    for b in _sample_blocks(grid):
+        env_b = dict(env0)
+        for ax, v in enumerate(b):
+            env_b[f"block_id({ax})"] = v
+        c = _Counter(env_b)
+        c.run(kernel.body)
+        samples.append(c)
+    avg = lambda f: sum(f(c) for c in samples) / len(samples)  # noqa: E731
+    ksteps = int(round(avg(lambda c: max(c.sites.values(), default=0)))) if sites else 0
     tiles = blocks
     if persistent:
         total = None
@@ -365,10 +398,27 @@ def extract(kernel: ir.Kernel, dims: dict[str, int]) -> Features:
         mma=tuple(sites), warp_specialised=bool(roles),
         producer_warpgroups=sum(r.warpgroups for r in prod), consumer_warpgroups=sum(r.warpgroups for r in cons),
         producer_regs=prod[0].registers if prod else None, consumer_regs=cons[0].registers if cons else None,
-        persistent=persistent, tiles=int(tiles), ksteps=ksteps, copy_bytes_per_tile=int(counter.copy_bytes),
+        persistent=persistent, tiles=int(tiles), ksteps=ksteps,
+        copy_bytes_per_tile=int(avg(lambda c: c.copy_bytes)),
         panel_bytes=tuple(sorted((k, int(v)) for k, v in counter.by_tensor.items())),
         store_bytes_per_tile=int(counter.store_bytes), env=tuple(sorted(
-            (k, v) for k, v in counter.top_env.items() if isinstance(v, (int, float)) and not isinstance(v, bool))))
+            (k, v) for k, v in counter.top_env.items() if isinstance(v, (int, float)) and not isinstance(v, bool))),
+        mma_flops_per_tile=avg(lambda c: c.mma_flops), mufu_per_tile=avg(lambda c: c.mufu))
+
+
+def _sample_blocks(grid: list[int]) -> list[tuple[int, ...]]:
+    """Blocks evenly spaced along the first grid axis (where tile work varies: a causal kv loop, an
+    expert's rows), and the last block along each other axis (block 0 is walked anyway)."""
+    out: list[tuple[int, ...]] = []
+    zero = [0] * len(grid)
+    for ax, g in enumerate(grid):
+        values = sorted({round(i * (g - 1) / 7) for i in range(8)}) if ax == 0 else [g - 1]
+        for v in values:
+            b = list(zero)
+            b[ax] = v
+            if v > 0 and tuple(b) not in out:
+                out.append(tuple(b))
+    return out
 
 
 @dataclass(frozen=True)

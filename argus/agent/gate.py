@@ -87,16 +87,22 @@ def _analysis_child(source: str, defines: dict, kernel: str | None):
 
 
 def _interp_counterexample(source: str, params: tuple, kernel: str | None, shapes: list[dict[str, int]],
-                           seed: int) -> tuple[Finding, ...]:
-    """Runs in the gate's child: the candidate in the interpreter at the planner-visible shapes."""
+                           seed: int, inputs=None) -> tuple[Finding, ...]:
+    """Runs in the gate's child: the candidate in the interpreter at the planner-visible shapes, on
+    inputs from the run's provider (argus.agent.problem)."""
+    import numpy as np
+
+    from argus.agent.problem import DenseInputs
     from argus.interp.machine import InterpError
     from argus.interp.run import run_interp
 
+    inputs = inputs or DenseInputs()
     k = build_cached(source, params, kernel)
-    for dims in shapes:
-        label = " ".join(f"{d}={v}" for d, v in dims.items())
+    for i, shape in enumerate(shapes):
+        label = " ".join(f"{d}={v}" for d, v in shape.items())
         try:
-            res = run_interp(k, dims, seed=seed)
+            dims, arrays = inputs.arrays(k, shape, np.random.default_rng([seed, i]))
+            res = run_interp(k, dims, seed=seed, arrays=arrays)
         except InterpError as e:
             return findings_from_diagnostics(e.diagnostics, {"dims": label, **e.details})
         except ArgusError as e:
@@ -111,9 +117,9 @@ def _interp_counterexample(source: str, params: tuple, kernel: str | None, shape
 
 
 def interp_check(c: Candidate, shapes: list[dict[str, int]], seed: int, timeout_s: float,
-                 memory_bytes: int | None) -> tuple[Finding, ...]:
+                 memory_bytes: int | None, inputs=None) -> tuple[Finding, ...]:
     """`_interp_counterexample` in a child process with a time and memory limit."""
-    r = run_isolated(_interp_counterexample, c.source, c.params, c.kernel, shapes, seed, timeout_s=timeout_s,
+    r = run_isolated(_interp_counterexample, c.source, c.params, c.kernel, shapes, seed, inputs, timeout_s=timeout_s,
                      memory_bytes=memory_bytes)
     if r.status == "ok":
         return r.value
@@ -126,7 +132,7 @@ def interp_check(c: Candidate, shapes: list[dict[str, int]], seed: int, timeout_
 
 def check(c: Candidate, start: Interface | None, shapes: list[dict[str, int]], *, seed: int = 0,
           verifier: str = "auto", analysis_timeout_s: float = 30.0, interp_timeout_s: float = 120.0,
-          memory_bytes: int | None = DEFAULT_MEMORY) -> tuple[VerifyOutcome, ir.Kernel | None]:
+          memory_bytes: int | None = DEFAULT_MEMORY, inputs=None) -> tuple[VerifyOutcome, ir.Kernel | None]:
     """Gate one candidate. verifier: "auto" (the static verifier when installed, then the interpreter),
     "analysis" (require it), "interp" (front end + interpreter only)."""
     t0 = time.perf_counter()
@@ -161,7 +167,7 @@ def check(c: Candidate, start: Interface | None, shapes: list[dict[str, int]], *
     elif verifier == "analysis":
         return VerifyOutcome("unknown", (), "frontend", time.perf_counter() - t0,
                              ("argus.analysis.verify is not installed",)), k
-    bad = interp_check(c, shapes, seed, interp_timeout_s, memory_bytes)
+    bad = interp_check(c, shapes, seed, interp_timeout_s, memory_bytes, inputs)
     if bad:
         return VerifyOutcome("violated", bad, "interp", time.perf_counter() - t0, notes), k
     label = "; ".join(" ".join(f"{d}={v}" for d, v in s.items()) for s in shapes)

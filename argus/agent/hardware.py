@@ -34,6 +34,8 @@ class Machine:
     mma_sync_fraction: Figure  # mma.sync peak as a fraction of wgmma peak on sm_90
     global_latency_s: Figure  # global -> shared copy latency seen by a pipeline stage
     launch_overhead_s: Figure
+    clock_hz: Figure = Figure(1.83e9, "Hz", True, "sustained SM clock under load")
+    sfu_ops_per_clk_per_sm: int = 16  # special-function units (exp2, rsqrt): 4 per SM sub-partition
 
 
 H200 = Machine(

@@ -123,15 +123,6 @@ def _load(path: str) -> KnowledgeBase:
     return KnowledgeBase(d["name"], d["version"], ts)
 
 
-def workload_kind(kernel_name: str, source: str = "") -> str:
-    n = kernel_name.lower()
-    if "attn" in n or "attention" in n or "flash" in n:
-        return "attention"
-    if "moe" in n or "expert" in n:
-        return "moe"
-    return "gemm"
-
-
 @lru_cache(maxsize=1)
 def _baselines() -> dict[str, Any]:
     return json.loads((KNOWLEDGE / "baselines.json").read_text())

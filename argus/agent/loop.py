@@ -22,14 +22,16 @@ from argus.agent import gate
 from argus.agent import kb as kbmod
 from argus.agent.advice import diagnose
 from argus.agent.backend import Backend, InterpBackend, RuntimeBackend
-from argus.agent.isolate import run_isolated
+from argus.agent.family import family, kb_kind
 from argus.agent.planners import Attempt, Node, Planner, PlannerContext, Proposal, make_planner
 from argus.agent.planners.builtin import PlannerExhausted
+from argus.agent.problem import ProblemError, problem_for
 from argus.agent.program import Candidate, EditError, apply_edits, with_source
 from argus.agent.record import RunRecord
 from argus.agent.referee import Evaluation, Referee, RefereeConfig
 from argus.agent.rewrites import Env
-from argus.agent.shapes import default_checks, default_targets, fixed_dims
+from argus.agent.shapes import default_targets, label
+from argus.agent.store import Store, StoreError, contrastive, run_entries, signature
 from argus.escape import terminal
 from argus.limits import DEFAULT_MEMORY
 
@@ -60,6 +62,8 @@ class TuneConfig:
     scale_shapes: int = 2  # hidden shapes up to the targets' scale per evaluation
     memory_bytes: int | None = DEFAULT_MEMORY  # each verifier / interpreter / CPU evaluation child
     source: str | None = None  # the program text (default: read from file)
+    store: str | None = None  # the learning store (argus/agent/store.py); None: runs learn nothing across
+    time_limit_s: float | None = None  # wall-clock budget of the run: no step starts that would not finish
 
 
 @dataclass(frozen=True)
@@ -103,11 +107,18 @@ class Tuner:
         self.start = Candidate.make(src, dict(cfg.params), cfg.kernel)
         self.start_ir = gate.build(self.start)  # an ArgusError here is the user's kernel: let it through
         self.iface = gate.interface_of(self.start_ir, src)
-        self.kind = kbmod.workload_kind(self.start_ir.name, src)
+        self.family = family(self.start_ir)
+        self.kind = kb_kind(self.family)
         self.kb = kbmod.load()
-        dims = tuple(self.start_ir.dims)
-        self.targets = [dict(s) for s in (cfg.targets or default_targets(dims))]
-        self.checks = [dict(s) for s in (cfg.checks or default_checks(dims))]
+        try:
+            self.inputs = problem_for(self.start_ir)
+            self.space = self.inputs.space(self.start_ir)
+            self.targets = [dict(s) for s in (cfg.targets or default_targets(self.space, self.inputs))]
+            self.checks = [dict(s) for s in (cfg.checks or self.space.checks())]
+        except ProblemError as e:
+            raise TuneError(str(e)) from None
+        self._admissible(self.targets, "target")
+        self._admissible(self.checks, "check")
         self.backend = backend or pick_backend(cfg.evaluator)
         self.planner = planner or make_planner(cfg.planner, model=cfg.model)
         self.env = Env(path=cfg.file, kernel=cfg.kernel)
@@ -119,16 +130,19 @@ class Tuner:
             "model": getattr(self.planner, "model", None), "seed": cfg.seed, "budget": cfg.budget,
             "targets": self.targets, "checks": self.checks, "evaluator": self.backend.name,
             "estimate": bool(self.backend.estimate), "verifier": cfg.verifier, "kb_version": self.kb.version,
-            "workload": self.kind, "created": _now(),
+            "workload": self.kind, "family": self.family, "inputs": self.inputs.name,
+            "shape_names": list(self.space.names), "created": _now(),
         }
         if cfg.resume:
             self.record = RunRecord.resume(self.record_path, header)
             fixed = self.record.header.get("fixed_dims", [])
             fixed = frozenset(d for d in fixed if isinstance(d, str)) if isinstance(fixed, list) else frozenset()
         else:
-            fixed = self._fixed_dims()
+            fixed = self.space.fixed()
             header["fixed_dims"] = sorted(fixed)
             self.record = RunRecord.create(self.record_path, header)
+        self.run_id = f"{self.record_path.resolve()}@{self.record.header.get('created', '')}"
+        self.store = Store(cfg.store) if cfg.store else None
         try:
             self._finish_init(cfg, fixed)
         except BaseException:
@@ -138,7 +152,19 @@ class Tuner:
     def _finish_init(self, cfg: TuneConfig, fixed: frozenset[str]) -> None:
         self.referee = Referee(self.backend, self.start, RefereeConfig(
             tuple(self.checks), tuple(self.targets), cfg.hidden_shapes, fixed, cfg.timeout_s,
-            scale=cfg.scale_shapes, memory_bytes=cfg.memory_bytes))
+            scale=cfg.scale_shapes, memory_bytes=cfg.memory_bytes, inputs=self.inputs, space=self.space))
+        self.priors, self.lessons = None, ()
+        if self.store is not None:
+            try:
+                entries = self.store.load()
+            except StoreError as e:
+                self.progress(f"note: {e}; this run learns nothing from earlier ones")
+                entries = []
+            from argus.agent.store import Priors
+
+            self.priors = Priors(entries, self.family, exclude_run=self.run_id)
+            sig = signature(self.start_ir, self.targets[0], self.family)
+            self.lessons = tuple(contrastive(entries, self.family, sig, exclude_run=self.run_id))
         self.library = {}
         for s in self.targets:
             lib = kbmod.library_tflops(self.kind, s)
@@ -146,18 +172,29 @@ class Tuner:
                 self.library[tuple(s.values())] = lib
 
     # ---- helpers ----
-    def _fixed_dims(self) -> frozenset[str]:
-        """fixed_dims runs the starting kernel in the interpreter: bounded like every other run."""
-        r = run_isolated(fixed_dims, self.start_ir, self.checks, self.cfg.seed, timeout_s=self.cfg.timeout_s,
-                         memory_bytes=self.cfg.memory_bytes)
-        if r.status != "ok":
-            raise TuneError(f"the starting kernel at the check shapes: the interpreter {r.describe()}")
-        return r.value
+    def _admissible(self, shapes: list[dict[str, int]], what: str) -> None:
+        """Every given shape satisfies the starting kernel's own assumes (else: which one it breaks)."""
+        from argus.agent.assumes import broken_assumes
+
+        for s in shapes:
+            missing = [n for n in self.space.names if n not in s]
+            if missing:
+                raise TuneError(f"{what} shape {label(s)}: give the problem sizes {', '.join(self.space.names)}")
+            try:
+                dims = self.inputs.dims(self.start_ir, s)
+            except (ValueError, KeyError) as e:
+                raise TuneError(f"{what} shape {label(s)}: {e}") from None
+            broken = broken_assumes(self.start_ir, dims)
+            if broken:
+                b = broken[0]
+                where = f"{self.cfg.file}:{b.line}: " if b.line else ""
+                raise TuneError(f"{where}{what} shape {label(s)}: the starting kernel's assume({b.text}) does not "
+                                "hold there; choose shapes it accepts")
 
     def _gate(self, c: Candidate, seed: int):
         return gate.check(c, self.iface, self.checks, seed=seed, verifier=self.cfg.verifier,
                           analysis_timeout_s=self.cfg.verify_timeout_s, interp_timeout_s=self.cfg.timeout_s,
-                          memory_bytes=self.cfg.memory_bytes)
+                          memory_bytes=self.cfg.memory_bytes, inputs=self.inputs)
 
     def history(self) -> tuple[Node, ...]:
         return tuple(Node.from_record(d) for d in self.record.steps)
@@ -168,7 +205,8 @@ class Tuner:
             vals = "/".join(f"{v[0]:.0f}" for v in self.library.values())
             lib = f"{next(iter(self.library.values()))[1].split(' on ')[0]} {vals} TFLOP/s (recorded)"
         return PlannerContext(step, self.cfg.budget, self.cfg.seed, self.history(), self.kb, self.kind, self.env,
-                              tuple(self.checks), tuple(self.targets), bool(self.backend.estimate), lib)
+                              tuple(self.checks), tuple(self.targets), bool(self.backend.estimate), lib,
+                              self.priors, self.lessons)
 
     def _start_times(self) -> list[float]:
         ev = self.record.steps[0]["evaluation"]
@@ -220,9 +258,11 @@ class Tuner:
                 "proposal": Proposal(reasoning="the starting kernel", action="start").to_json(), "attempts": [],
                 "candidate": self.start.to_json(), "verify": outcome.to_json(), "compile": ev.compile,
                 "evaluation": ev.to_json(), "status": "ok", "reward": 0.0, "speedups": [1.0] * len(ev.timings),
-                "library_ratio": lib, "tflops": [t.tflops for t in ev.timings], "best_step": 0,
+                "library_ratio": lib, "tflops": [t.tflops for t in ev.timings],
+                "tbps": [t.tbps for t in ev.timings], "best_step": 0,
                 "best_reward": 0.0, "diagnosis": diag, "estimate": ev.estimate,
-                "planner": {"name": "start", "reasoning": ""}, "seconds": round(time.perf_counter() - t0, 3)}
+                "planner": {"name": "start", "reasoning": ""}, "signature": self._signature(self.start_ir), "diff": "",
+                "seconds": round(time.perf_counter() - t0, 3)}
 
     def run_step(self, step: int) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -270,15 +310,36 @@ class Tuner:
             "status": status, "reward": None, "speedups": None, "library_ratio": None, "tflops": None,
             "diagnosis": [], "estimate": bool(self.backend.estimate),
             "planner": {"name": self.planner.name, "reasoning": proposal.reasoning},
+            "tbps": None, "signature": {}, "diff": "",
         }
+        if k is not None:
+            rec["signature"] = self._signature(k)
+        if cand is not None and parent is not None and parent.candidate is not None:
+            from argus.agent.program import diff
+
+            rec["diff"] = diff(parent.candidate, cand, context=1)[:800]
         if ev is not None and ev.ok:
             reward, sp, lib = self._reward(ev)
-            rec.update(reward=reward, speedups=sp, library_ratio=lib, tflops=[t.tflops for t in ev.timings])
+            rec.update(reward=reward, speedups=sp, library_ratio=lib, tflops=[t.tflops for t in ev.timings],
+                       tbps=[t.tbps for t in ev.timings])
             rec["diagnosis"] = [d.to_json() for d in diagnose(k, ev, self.kb, self.kind)]
         best = pick_best([*self.record.steps, rec])
         rec["best_step"], rec["best_reward"] = best["step"], best["reward"]
         rec["seconds"] = round(time.perf_counter() - t0, 3)
         return rec
+
+    def _signature(self, k) -> dict[str, Any]:
+        return signature(k, self.inputs.dims(k, self.targets[0]), self.family)
+
+    def _learn(self, rec: dict[str, Any]) -> None:
+        """Add the step to the store (failures too); a store that cannot be written costs a note."""
+        if self.store is None or rec["step"] == 0:
+            return
+        try:
+            self.store.add(run_entries(self.run_id, self.record.header, self.record.steps)[-1:])
+        except (StoreError, OSError) as e:
+            self.progress(f"note: the tune store was not updated: {e}")
+            self.store = None
 
     # ---- the run ----
     def line(self, rec: dict[str, Any]) -> str:
@@ -291,6 +352,9 @@ class Tuner:
         best = self.record.steps[rec["best_step"]] if rec["best_step"] < len(self.record.steps) else rec
         sp = math.exp(rec["best_reward"])
         tf = "/".join(f"{x:.0f}" for x in (best.get("tflops") or []))
+        unit = "TFLOP/s"
+        if not any(best.get("tflops") or []) and best.get("tbps"):  # no matrix products: bandwidth
+            tf, unit = "/".join(f"{x:.2f}" for x in best["tbps"]), "TB/s"
         lib = best.get("library_ratio")
         libtxt = f" = {lib:.2f}x library{est}" if lib else ""
         label = terminal(rec["proposal"].get("action") or "", keep_newlines=False)[:38]
@@ -299,7 +363,16 @@ class Tuner:
         status = rec["status"] + ("?" if rec["status"] == "ok" and not proved(rec) else "")
         unproved = "" if proved(best) else " unproved"
         return (f"[{bar}] step {n:>3}/{b} {status:<13} {label:<38} reward {rtxt} | best {sp:.2f}x "
-                f"(step {rec['best_step']}{unproved}) {tf} TFLOP/s{est}{libtxt}")
+                f"(step {rec['best_step']}{unproved}) {tf} {unit}{est}{libtxt}")
+
+    def describe(self) -> str:
+        """What the run does, printed before the (slow) first evaluation."""
+        shapes = lambda xs: "; ".join(label(x) for x in xs)  # noqa: E731
+        est = "the CPU cost model (estimates)" if self.backend.estimate else f"the {self.backend.name} backend"
+        inputs = "a routing per shape (argus.moe)" if self.inputs.name == "routed" else "random data"
+        return (f"tuning kernel '{self.start_ir.name}' of {self.cfg.file} ({self.family}; inputs: {inputs}); "
+                f"correctness at {shapes(self.checks)} and unseen shapes; timed at {shapes(self.targets)} by "
+                f"{est}; budget {self.cfg.budget}. Step 0 checks and times the starting kernel ...")
 
     def run(self) -> TuneResult:
         try:
@@ -311,13 +384,23 @@ class Tuner:
         from argus.agent.report import write_outputs
 
         if not self.record.steps:
+            self.progress(self.describe())
             rec = self._evaluate_start()
             self.record.append(rec)
             self.progress(self.line(rec))
             if self.on_step:
                 self.on_step(rec)
         stopped = ""
+        t0 = time.monotonic()
         for step in range(len(self.record.steps), self.cfg.budget + 1):
+            if self.cfg.time_limit_s is not None:
+                done = [s.get("seconds") or 0.0 for s in self.record.steps[1:]] or [self.record.steps[0].get("seconds")
+                                                                                     or 0.0]
+                if time.monotonic() - t0 + sum(done) / len(done) > self.cfg.time_limit_s:
+                    stopped = (f"time limit: {self.cfg.time_limit_s:.0f} s would pass during step {step} "
+                               f"(steps take {sum(done) / len(done):.0f} s)")
+                    self.progress(stopped)
+                    break
             try:
                 rec = self.run_step(step)
             except PlannerExhausted as e:
@@ -325,6 +408,7 @@ class Tuner:
                 self.progress(stopped)
                 break
             self.record.append(rec)
+            self._learn(self.record.steps[-1])
             self.progress(self.line(rec))
             if self.on_step:
                 self.on_step(rec)

@@ -1,9 +1,9 @@
 """Candidates and edits: what the tuner searches over.
 
 A candidate is DSL source text plus param overrides (the `-D` values). An edit is data — a JSON object
-a planner emits — never code: `set_param`, `replace_text`, or `rewrite` (a named structural template
-from argus/agent/rewrites.py). Applying an edit yields a new candidate or raises `EditError` with a
-reason the planner can act on.
+a planner emits — never code: `set_param`, `replace_text`, or `rewrite` (a named source-to-source
+transformation from argus/agent/rewrites.py). Applying an edit yields a new candidate or raises
+`EditError` with a reason the planner can act on.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Candidate:
     source: str
     params: tuple[tuple[str, object], ...] = ()  # overrides, sorted by name
     kernel: str | None = None
-    template: str | None = None  # set when a rewrite swapped in a template program
+    template: str | None = None  # read from old run records only: no rewrite swaps in a stored program
 
     @staticmethod
     def make(source: str, params: dict[str, object] | None = None, kernel: str | None = None,
@@ -100,7 +100,7 @@ class Edit:
 EDIT_SCHEMA = {
     "set_param": {"name": "param name", "value": "int | str | bool"},
     "replace_text": {"old": "exact text occurring once in the source", "new": "replacement text"},
-    "rewrite": {"name": "a rewrite template name", "args": "object of template arguments"},
+    "rewrite": {"name": "a rewrite name", "args": "object of the rewrite's arguments"},
 }
 
 
@@ -130,7 +130,7 @@ def parse_edit(obj: Any) -> Edit:
     if op == "rewrite":
         name, args = obj.get("name"), obj.get("args", {})
         if not isinstance(name, str):
-            raise EditError("rewrite needs a template name")
+            raise EditError("rewrite needs a rewrite name")
         if not isinstance(args, dict):
             raise EditError("rewrite args must be an object")
         return Edit("rewrite", name=name, args=dict(args))

@@ -27,7 +27,7 @@ Reply with a short rationale and then EXACTLY ONE fenced block, either
 {"parent_step": 3, "edits": [{"op": "set_param", "name": "BN", "value": 256}], "reasoning": "..."}
 ```
    ops: set_param {name, value}; replace_text {old (must occur exactly once), new}; rewrite {name, args} with \
-these rewrite templates:
+these rewrites (each derived from the program at hand):
 __REWRITES__
 2. or a complete Argus program (same kernel signature and the same reference: block):
 ```argus
@@ -62,6 +62,17 @@ def _change(n: Node) -> str:
     return n.action or "new program"
 
 
+def _program_change(ctx: PlannerContext, n: Node) -> str:
+    """A whole-program step, summarised by its param changes (or the number of lines it changed)."""
+    parent = ctx.node(n.parent)
+    if parent is None or parent.candidate is None or n.candidate is None:
+        return "new program"
+    d = diff(parent.candidate, n.candidate, context=0).splitlines()
+    params = [ln.replace(": ", " ", 1) for ln in d if ": " in ln and " -> " in ln and not ln.startswith(("+", "-"))]
+    lines = sum(1 for ln in d if ln[:1] in "+-" and not ln.startswith(("+++", "---")))
+    return "program: " + ("; ".join(params) if params else f"{lines} lines changed")
+
+
 def trajectory_table(ctx: PlannerContext, limit: int = 30) -> str:
     steps = {n.key: n.step for n in ctx.history if n.key}
     rows = ["| step | parent | change | status | reward | TFLOP/s |", "| ---: | ---: | --- | --- | ---: | ---: |"]
@@ -70,7 +81,8 @@ def trajectory_table(ctx: PlannerContext, limit: int = 30) -> str:
         hist = hist[:1] + hist[-(limit - 1):]
     for n in hist:
         r = "-" if n.reward is None else f"{n.reward:+.3f}"
-        rows.append(f"| {n.step} | {steps.get(n.parent, '')} | {_change(n)[:70]} | {n.status} | {r} | {_tf(n)} |")
+        change = _program_change(ctx, n) if n.action == "llm:program" else _change(n)
+        rows.append(f"| {n.step} | {steps.get(n.parent, '')} | {change[:70]} | {n.status} | {r} | {_tf(n)} |")
     return "\n".join(rows)
 
 
@@ -103,6 +115,36 @@ def contrastive_pairs(ctx: PlannerContext, max_pairs: int = 2) -> list[str]:
         if len(out) >= max_pairs + 1:
             break
     return out
+
+
+def earlier_runs(ctx: PlannerContext) -> list[str]:
+    """The store's strongest pairs: a change, the times before and after it, and how the programs differ."""
+    out = []
+    for e in ctx.lessons:
+        before, after = e.get("parent_time_s") or [], e.get("time_s") or []
+        if not before or not after:
+            continue
+        fast, slow = ("after", "before") if e["effect"] > 0 else ("before", "after")
+        b = e.get("before") or {}
+        kern = ", ".join(f"{k} {b[k]}" for k in ("instr", "tile", "stages", "warp_specialised") if k in b)
+        times = " / ".join(f"{x * 1e6:.1f}" for x in before) + " us -> " + " / ".join(f"{x * 1e6:.1f}" for x in after)
+        est = " (CPU estimates)" if e.get("estimate") else ""
+        verdict = {"verified": "proved", "unknown": "unproved"}.get(e.get("verify") or "", e.get("verify") or "")
+        change = e.get("action") or ", ".join(_change_text(x) for x in e.get("edits") or []) or "a new program"
+        text = (f"FASTER is {fast}, SLOWER is {slow}: `{change}` on kernel {e.get('kernel')} ({kern}): {times}{est}, "
+                f"{math.exp(e['effect']):.2f}x, {verdict}")
+        if e.get("diff"):
+            text += f"\n```diff\n{e['diff']}\n```"
+        out.append(text)
+    return out
+
+
+def _change_text(e: dict[str, Any]) -> str:
+    if e.get("op") == "set_param":
+        return f"{e.get('name')}={e.get('value')}"
+    if e.get("op") == "rewrite":
+        return f"{e.get('name')}({', '.join(f'{k}={v}' for k, v in (e.get('args') or {}).items())})"
+    return "replace_text"
 
 
 def failures(ctx: PlannerContext, limit: int = 3) -> list[str]:
@@ -157,6 +199,9 @@ def build_prompt(ctx: PlannerContext) -> str:
     pairs = contrastive_pairs(ctx)
     if pairs:
         parts += ["## Contrastive pairs", "\n\n".join(pairs)]
+    lessons = earlier_runs(ctx)
+    if lessons:
+        parts += ["## Contrastive pairs from earlier runs (the tune store, similar kernels)", "\n\n".join(lessons)]
     fails = failures(ctx)
     if fails:
         parts += ["## Recent failures (verifier counterexamples, compiler and referee messages)", "\n\n".join(fails)]

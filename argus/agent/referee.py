@@ -34,6 +34,7 @@ import numpy as np
 from argus.agent.backend import Backend, CompileFailed, shape_key
 from argus.agent.hardware import H200, Machine
 from argus.agent.isolate import run_isolated
+from argus.agent.problem import DenseInputs, Inputs, ShapeSpace
 from argus.agent.program import Candidate
 from argus.agent.shapes import Shape, hidden_shapes, scale_shapes
 from argus.agent.workload import floor_seconds, min_bytes, useful_flops
@@ -43,6 +44,8 @@ STATUSES = ("ok", "compile-error", "wrong", "timeout", "fault", "rejected", "err
 
 
 KINDS = ("visible", "hidden", "scale", "timed")  # planner-visible, small unseen, unseen at scale, a target
+MAX_REFERENCE_ELEMENTS = 1.5e8  # largest float64 array of an unseen shape's whole reference (1.2 GB)
+MAX_REFERENCE_FLOPS = 5e10  # float64 work of it (tens of seconds at most)
 
 
 @dataclass(frozen=True)
@@ -79,11 +82,14 @@ class ShapeTiming:
     p10_s: float | None = None
     p90_s: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    tbps: float = 0.0  # minimum bytes / median (TB/s): the figure for kernels without matrix products
+    shape: dict[str, int] = field(default_factory=dict)  # the problem sizes (dims follow from them)
 
     def to_json(self) -> dict[str, Any]:
         return {"dims": self.dims, "median_s": self.median_s, "samples": self.samples, "tflops": self.tflops,
                 "floor_s": self.floor_s, "estimate": self.estimate, "energy_j": self.energy_j,
-                "p10_s": self.p10_s, "p90_s": self.p90_s, "details": self.details}
+                "p10_s": self.p10_s, "p90_s": self.p90_s, "details": self.details, "tbps": self.tbps,
+                "shape": self.shape}
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,8 @@ class RefereeConfig:
     scale: int = 2  # unseen shapes up to the targets' scale per evaluation
     sample_blocks: int = 3  # blocks interpreted at each timed shape (CPU)
     memory_bytes: int | None = DEFAULT_MEMORY  # of the child (not applied to a GPU backend's)
+    inputs: Inputs = field(default_factory=DenseInputs)  # problem sizes -> a candidate's dims and inputs
+    space: ShapeSpace | None = None  # the starting kernel's assumes over its sizes (drawn shapes obey them)
 
 
 def _describe_check(c) -> dict[str, Any]:
@@ -144,16 +152,21 @@ def _refused(dims: dict[str, int], kind: str, broken) -> dict[str, Any]:
             "handles (a candidate may not narrow the problem)"}
 
 
-def full_check(backend: Backend, compiled, ref, dims: dict[str, int], kind: str, rng) -> dict[str, Any]:
-    """The whole kernel at `dims` against the whole float64 reference."""
+def full_check(backend: Backend, compiled, ref, dims: dict[str, int], kind: str, rng,
+               arrays: dict[str, np.ndarray] | None = None, shape: dict[str, int] | None = None) -> dict[str, Any]:
+    """The whole kernel at `dims` against the whole float64 reference (`arrays`: the candidate's inputs
+    from the run's input provider; default fresh random data)."""
     from argus.dsl.diagnostics import ArgusError
     from argus.dsl.reference import evaluate_reference
     from argus.interp.run import compare, make_arrays, reference_env, resolve_scalars
 
-    arrays = make_arrays(ref, dims, rng)  # fresh inputs; outputs poisoned (NaN / -1)
+    if arrays is None:
+        arrays = make_arrays(ref, dims, rng)  # fresh inputs; outputs poisoned (NaN / -1)
     scalars = resolve_scalars(ref, dims)
     env = reference_env(ref, arrays, dims, scalars)  # pristine float64 copies, taken before the run
     base = {"dims": dims, "hidden": kind in ("hidden", "scale"), "kind": kind, "outputs": []}
+    if shape is not None and shape != dims:
+        base["shape"] = shape
     try:
         got = backend.execute(compiled, arrays, dims, scalars)
     except ArgusError as e:
@@ -172,7 +185,7 @@ def full_check(backend: Backend, compiled, ref, dims: dict[str, int], kind: str,
 
 
 def timed_check(backend: Backend, compiled, ref, cand, refs, dims: dict[str, int], probe: dict[str, int],
-                rng, n_blocks: int) -> dict[str, Any]:
+                rng, n_blocks: int, arrays: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
     """Correctness at a target shape (see the module docstring): sampled blocks on the CPU, the whole
     kernel on the GPU; sampled output elements against the sliced float64 reference."""
     from argus.agent.sampling import big_inputs, choose_indices, compare_sample, sample_blocks
@@ -182,7 +195,8 @@ def timed_check(backend: Backend, compiled, ref, cand, refs, dims: dict[str, int
 
     base = {"dims": dims, "hidden": False, "kind": "timed", "outputs": []}
     scalars = resolve_scalars(ref, dims)
-    arrays = big_inputs(ref, dims, rng)
+    if arrays is None:
+        arrays = big_inputs(ref, dims, rng)
     pristine = {n: (a.copy() if n in ref.inputs else np.broadcast_to(a.flat[0], a.shape)) for n, a in arrays.items()}
     info: dict[str, Any] = {}
     try:
@@ -245,14 +259,16 @@ def _written(a: np.ndarray) -> np.ndarray:
 
 def trial(backend: Backend, source: str, defines: dict, kernel: str | None, ref_source: str, ref_defines: dict,
           ref_kernel: str | None, checks: list[tuple[Shape, str]], times: list[Shape], seed: int, reps: int,
-          input_sets: int, sample_blocks: int = 3) -> dict[str, Any]:
-    """Runs in the child process. Returns plain data only."""
+          input_sets: int, sample_blocks: int = 3, inputs: Inputs | None = None) -> dict[str, Any]:
+    """Runs in the child process. Returns plain data only. `checks` and `times` are problem shapes; the
+    candidate's dims and inputs at each come from `inputs` (the run's provider)."""
     from argus.agent.assumes import broken_assumes
     from argus.agent.gate import build_cached
     from argus.agent.sampling import SlicedReference
     from argus.dsl.diagnostics import ArgusError
     from argus.interp.run import resolve_scalars
 
+    inputs = inputs or DenseInputs()
     ref = build_cached(ref_source, tuple(sorted(ref_defines.items())), ref_kernel)
     try:
         cand = build_cached(source, tuple(sorted(defines.items())), kernel)
@@ -262,24 +278,34 @@ def trial(backend: Backend, source: str, defines: dict, kernel: str | None, ref_
     except ArgusError as e:
         return {"stage": "compile", "error": "; ".join(d.message for d in e.diagnostics), "report": {}}
     out: dict[str, Any] = {"stage": "done", "report": compiled.report, "checks": [], "timings": []}
-    for i, (dims, kind) in enumerate(checks):
+    probe = probe_arrays = None
+    for i, (shape, kind) in enumerate(checks):
+        rng = np.random.default_rng([seed, i])
+        dims, arrays = inputs.arrays(cand, shape, rng)
+        if probe is None:
+            probe, probe_arrays = dims, {n: a.copy() for n, a in arrays.items()}
         broken = broken_assumes(cand, dims, resolve_scalars(ref, dims))
         out["checks"].append(_refused(dims, kind, broken[0]) if broken else
-                             full_check(backend, compiled, ref, dims, kind, np.random.default_rng([seed, i])))
+                             full_check(backend, compiled, ref, dims, kind, rng, arrays, shape))
         if not out["checks"][-1]["ok"]:
             return out  # no point timing a wrong kernel
-    probe = checks[0][0] if checks else {d: 64 for d in ref.dims}
-    refs = SlicedReference(ref, resolve_scalars(ref, probe))  # scalar arguments: their defaults
-    for j, dims in enumerate(times):
+    probe = probe or {d: 64 for d in ref.dims}
+    refs = SlicedReference(ref, resolve_scalars(ref, probe), probe_arrays)  # scalar arguments: their defaults
+    for j, shape in enumerate(times):
         rng = np.random.default_rng([seed, 7919, j])
+        dims, arrays = inputs.arrays(cand, shape, rng, big=True, adversarial=False)
         broken = broken_assumes(cand, dims, resolve_scalars(ref, dims))
         out["checks"].append(_refused(dims, "timed", broken[0]) if broken else
-                             timed_check(backend, compiled, ref, cand, refs, dims, probe, rng, sample_blocks))
+                             timed_check(backend, compiled, ref, cand, refs, dims, probe, rng, sample_blocks,
+                                         arrays))
         if not out["checks"][-1]["ok"]:
             return out  # never time a shape that is not checked
-        compiled.checked.add(shape_key(dims))
-        t = backend.time(compiled, dims, seed=seed + 7919 * (j + 1), reps=reps, input_sets=input_sets)
-        out["timings"].append({"dims": dims, "samples": list(t.samples_s), "energy_j": t.energy_j,
+        at = {**shape, **dims}  # the problem sizes with the dims they give this candidate
+        compiled.checked.add(shape_key(at))
+        if inputs.name != "dense":
+            compiled.arrays[shape_key(at)] = arrays  # data-dependent: time on the checked inputs
+        t = backend.time(compiled, at, seed=seed + 7919 * (j + 1), reps=reps, input_sets=input_sets)
+        out["timings"].append({"dims": dims, "shape": shape, "samples": list(t.samples_s), "energy_j": t.energy_j,
                                "estimate": t.estimate, "details": t.details})
     return out
 
@@ -303,10 +329,15 @@ class Referee:
         return fl, by, floor_seconds(fl, by, self.config.machine)
 
     def _admissible(self, s: Shape) -> bool:
-        """A shape the starting kernel itself accepts (its own assumes hold there)."""
+        """A shape the starting kernel itself accepts (its own assumes hold there), whose whole float64
+        reference stays affordable (a routed MoE reference gathers an [M, HID, F] weight array)."""
         from argus.agent.assumes import broken_assumes
+        from argus.agent.workload import reference_cost
 
-        return not broken_assumes(self.ref_kernel, s)
+        dims = self.config.inputs.dims(self.ref_kernel, s)
+        flops, peak = reference_cost(self.ref_kernel, dims)
+        return not broken_assumes(self.ref_kernel, dims) and peak <= MAX_REFERENCE_ELEMENTS and \
+            flops <= MAX_REFERENCE_FLOPS
 
     def shapes_for(self, seed: int) -> list[tuple[Shape, str]]:
         cfg = self.config
@@ -315,8 +346,8 @@ class Referee:
         out: list[tuple[Shape, str]] = [(dict(s), "visible") for s in visible]
         for kind, n in (("hidden", cfg.hidden), ("scale", cfg.scale)):
             for attempt in range(20):  # redraw shapes the starting kernel's own assumes exclude
-                drawn = hidden_shapes(visible, rng, n, cfg.fixed_dims) if kind == "hidden" else \
-                    scale_shapes(visible, list(cfg.time_shapes), rng, n, cfg.fixed_dims)
+                drawn = hidden_shapes(visible, rng, n, cfg.fixed_dims, space=cfg.space) if kind == "hidden" else \
+                    scale_shapes(visible, list(cfg.time_shapes), rng, n, cfg.fixed_dims, space=cfg.space)
                 keep = [s for s in drawn if self._admissible(s)]
                 if len(keep) == len(drawn) or attempt == 19:
                     out.extend((s, kind) for s in keep)
@@ -330,7 +361,7 @@ class Referee:
         gpu = self.backend.start_method != "fork"  # a CUDA context maps more address space than any cap
         r = run_isolated(trial, self.backend, c.source, c.defines, c.kernel, self.start.source, self.start.defines,
                          self.start.kernel, checks, [dict(s) for s in cfg.time_shapes], seed, cfg.reps,
-                         cfg.input_sets, cfg.sample_blocks, timeout_s=cfg.timeout_s,
+                         cfg.input_sets, cfg.sample_blocks, cfg.inputs, timeout_s=cfg.timeout_s,
                          start_method=self.backend.start_method, memory_bytes=None if gpu else cfg.memory_bytes)
         est = self.estimate
         dt = lambda: time.perf_counter() - t0  # noqa: E731
@@ -361,7 +392,7 @@ class Referee:
         for tm in v["timings"]:
             samples = [float(x) for x in tm["samples"]]
             med = float(np.median(samples))
-            fl, _, floor = self.work(tm["dims"])
+            fl, nbytes, floor = self.work(tm["dims"])
             if not math.isfinite(med) or med <= 0 or med < floor:
                 return Evaluation("rejected", f"measured {med * 1e6:.2f} us at "
                                   f"{'x'.join(map(str, tm['dims'].values()))} is below the speed-of-light floor "
@@ -371,7 +402,7 @@ class Referee:
             timings.append(ShapeTiming(tm["dims"], med, n, fl / med / 1e12 if fl else 0.0, floor,
                                        bool(tm["estimate"]), tm.get("energy_j"),
                                        float(np.percentile(samples, 10)), float(np.percentile(samples, 90)),
-                                       tm.get("details") or {}))
+                                       tm.get("details") or {}, nbytes / med / 1e12, tm.get("shape") or {}))
         return Evaluation("ok", "", v["report"], sc, tuple(timings), est, dt())
 
 

@@ -57,8 +57,8 @@ def write_outputs(out: Path, header: dict[str, Any], steps: list[dict[str, Any]]
     tf = "/".join(f"{x:.0f}" for x in best.get("tflops") or [])
     targets = ", ".join(_fmt_dims(t) for t in header["targets"])
     kernel = header.get("kernel", "kernel")
-    best_path = out / f"{Path(header['file']).stem}_tuned.arg"
-    src = cand.materialise()
+    best_path = out / f"{kernel}_tuned.arg"
+    src = cand.materialise().lstrip("\n")  # one kernel of a file of several keeps its line numbers
     banner = (f"# Tuned by `argus tune` (planner {header['planner']}, seed {header['seed']}): step {best['step']} of "
               f"{len(steps) - 1}, {math.exp(best['reward']):.2f}x the starting kernel{e}\n"
               f"# at {targets}: {tf} TFLOP/s{e}. Run record: record.jsonl in this folder.\n")

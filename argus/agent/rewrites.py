@@ -1,10 +1,12 @@
-"""Structural rewrite templates: named, parameterised source-to-source transformations.
+"""Rewrites: named, parameterised source-to-source transformations of the program at hand.
 
 A planner asks for one by name with JSON arguments ({"op": "rewrite", "name": "persistent", "args":
-{...}}); it never supplies code. Each template either returns the rewritten program (source text and
+{...}}); it never supplies code. Each rewrite either returns the rewritten program (source text and
 param overrides) or raises `Inapplicable` with the reason, which goes back to the planner like a
-verifier finding. Templates only produce candidates: correctness is established by the verifier and
-the referee, exactly as for a hand-written program.
+verifier finding. This module holds the registry and the rewrites of params and launch options; the
+structural ones (warp specialisation, TMA, persistent tile loops, grouped raster) derive their result
+from the program's own statements (argus/agent/rewrites_struct.py). Rewrites only produce candidates:
+correctness is established by the verifier and the referee, exactly as for a hand-written program.
 """
 
 from __future__ import annotations
@@ -12,20 +14,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from argus.agent.source import (
     SourceError,
     add_param,
     declared_params,
-    find_assign,
     find_launch,
     kernel_body,
     replace_line,
 )
-
-TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
-REPO_EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 class Inapplicable(ValueError):
@@ -36,7 +33,7 @@ class Inapplicable(ValueError):
 class Program:
     source: str
     params: dict[str, object] = field(default_factory=dict)  # overrides of declared defaults
-    template: str | None = None  # where a template swap came from
+    template: str | None = None  # kept for old run records (stored programs are no longer swapped in)
 
     def effective(self) -> dict[str, object]:
         return {**declared_params(self.source), **self.params}
@@ -48,7 +45,6 @@ class Env:
 
     path: str | None = None
     kernel: str | None = None
-    template_dirs: tuple[str, ...] = ()
 
 
 Rewrite = Callable[[Program, dict, Env], Program]
@@ -165,44 +161,6 @@ def tile(p: Program, args: dict, env: Env) -> Program:
     return _with(p, **new)
 
 
-def _template_for(p: Program, env: Env, suffix: str) -> Path:
-    names = []
-    if env.path:
-        names.append(Path(env.path).stem)
-    if env.kernel:
-        names.append(env.kernel)
-    m = re.search(r"^(?:kernel|def)[ \t]+(\w+)", p.source, re.M)
-    if m:
-        names.append(m.group(1))
-    dirs = [Path(d) for d in env.template_dirs]
-    if env.path:
-        dirs.append(Path(env.path).resolve().parent)
-    dirs += [REPO_EXAMPLES, TEMPLATE_DIR]  # the repo's own variants first, our fallback last
-    for d in dirs:
-        for n in dict.fromkeys(names):
-            f = d / f"{n}{suffix}.arg"
-            if f.is_file() and (env.path is None or f.resolve() != Path(env.path).resolve()):
-                return f
-    raise Inapplicable(f"no {suffix.strip('_')} template ({', '.join(f'{n}{suffix}.arg' for n in names)}) "
-                       f"in {', '.join(str(d) for d in dirs)}")
-
-
-@rewrite("warp_specialise", "swap to the warp-specialised template of this kernel (TMA producer + wgmma "
-         "consumers, mbarrier ring); args {carry: [param names] (default: all it shares)}")
-def warp_specialise(p: Program, args: dict, env: Env) -> Program:
-    if re.search(r"\brole[ \t]*\(", p.source):
-        raise Inapplicable("the kernel is already warp-specialised")
-    path = _template_for(p, env, "_ws")
-    text = path.read_text()
-    declared = declared_params(text)
-    eff = p.effective()
-    carry = args.get("carry")  # None: every param the template also declares; a list: just those
-    carried = {n: v for n, v in eff.items()
-               if n in declared and type(v) is type(declared[n]) and v != declared[n]
-               and (carry is None or n in carry)}
-    return Program(text, carried, str(path))
-
-
 def _code(src: str) -> str:
     """The source without comments (names in comments do not clash)."""
     return re.sub(r"#[^\n]*", "", src)
@@ -224,7 +182,7 @@ def linearize(src: str) -> str:
         return src
     launch = find_launch(src)
     if len(launch.grid) != 2:
-        raise Inapplicable(f"the grid has {len(launch.grid)} dimensions; tile reordering needs a 2-D grid of tiles")
+        return linearize_nd(src)
     lines = src.splitlines()
     rows = [i for i, ln in enumerate(lines) if re.match(r"^[ \t]*\w+[ \t]*=[ \t]*block_id\(0\)[ \t]*(#.*)?$", ln)]
     cols = [i for i, ln in enumerate(lines) if re.match(r"^[ \t]*\w+[ \t]*=[ \t]*block_id\(1\)[ \t]*(#.*)?$", ln)]
@@ -243,6 +201,42 @@ def linearize(src: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def grid_subst(grid: tuple[str, ...], tile: str = "tile") -> dict[int, str]:
+    """block_id(i) in terms of a linear tile index over `grid`, block_id(0) fastest (launch order kept)."""
+    out = {}
+    for i, g in enumerate(grid):
+        below = " * ".join(f"({x})" for x in grid[:i])
+        if i == len(grid) - 1:
+            out[i] = f"({tile} // ({below}))" if below else tile
+        else:
+            out[i] = f"({tile} // ({below}) % ({g}))" if below else f"({tile} % ({g}))"
+    return out
+
+
+def substitute_blocks(text: str, subst: dict[int, str]) -> str:
+    return re.sub(r"\bblock_id\(\s*(\d)\s*\)", lambda m: subst.get(int(m.group(1)), m.group(0)), text)
+
+
+def linearize_nd(src: str) -> str:
+    """An N-D grid (N != 2) -> a 1-D grid: `tile = block_id(0)` first, every block_id(i) after it an
+    expression of tile (the launch order kept)."""
+    launch = find_launch(src)
+    if re.search(r"\bnum_blocks\(", _code(src)):
+        raise Inapplicable("the kernel reads num_blocks(); linearising its grid would change it")
+    _check_free(src, ("tile",))
+    body = kernel_body(src)
+    lines = src.splitlines()
+    first = next(i for i in range(body.start, body.end) if lines[i].strip() and not lines[i].lstrip().startswith(
+        ("#", "param ", "launch")))
+    subst = grid_subst(launch.grid)
+    for i in range(first, body.end):
+        lines[i] = substitute_blocks(lines[i], subst)
+    total = " * ".join(f"({g})" if not re.fullmatch(r"[\w()., ]+", g) else g for g in launch.grid)
+    lines[launch.line] = type(launch)(launch.line, (total,), launch.rest, launch.indent).render()
+    lines.insert(first, f"{body.indent}tile = block_id(0)")
+    return "\n".join(lines) + "\n"
+
+
 @rewrite("grouped_raster", "L2-friendly tile order: GROUP_M row-tiles advance together; args {group_m: int}")
 def grouped_raster(p: Program, args: dict, env: Env) -> Program:
     g = int(args.get("group_m", 8))
@@ -258,19 +252,21 @@ def grouped_raster(p: Program, args: dict, env: Env) -> Program:
         raise Inapplicable(str(e)) from e
     _check_free(src, ("group", "first_m", "group_rows"))
     lines = src.splitlines()
-    i = find_assign(src, r"\w+", r"tile[ \t]*//[ \t]*tiles_n")
-    j = find_assign(src, r"\w+", r"tile[ \t]*%[ \t]*tiles_n")
-    if i is None or j is None or j != i + 1:
+    rx_m = re.compile(r"^[ \t]*\w+[ \t]*=[ \t]*tile[ \t]*//[ \t]*tiles_n[ \t]*(#.*)?$")
+    rx_n = re.compile(r"^[ \t]*\w+[ \t]*=[ \t]*tile[ \t]*%[ \t]*tiles_n[ \t]*(#.*)?$")
+    pairs = [i for i in range(len(lines) - 1) if rx_m.match(lines[i]) and rx_n.match(lines[i + 1])]
+    if not pairs:
         raise Inapplicable("cannot find the tile -> (row, col) mapping lines")
-    bm, bn = lines[i].split("=")[0].strip(), lines[j].split("=")[0].strip()
-    ind = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
-    lines[i: j + 1] = [
-        f"{ind}group = tile // (GROUP_M * tiles_n)          # GROUP_M row-tiles share their B panels in L2",
-        f"{ind}first_m = group * GROUP_M",
-        f"{ind}group_rows = min(tiles_m - first_m, GROUP_M)",
-        f"{ind}{bm} = first_m + (tile % (GROUP_M * tiles_n)) % group_rows",
-        f"{ind}{bn} = (tile % (GROUP_M * tiles_n)) // group_rows",
-    ]
+    for i in reversed(pairs):  # one mapping per role of a persistent warp-specialised kernel
+        bm, bn = lines[i].split("=")[0].strip(), lines[i + 1].split("=")[0].strip()
+        ind = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+        lines[i: i + 2] = [
+            f"{ind}group = tile // (GROUP_M * tiles_n)          # GROUP_M row-tiles share their B panels in L2",
+            f"{ind}first_m = group * GROUP_M",
+            f"{ind}group_rows = min(tiles_m - first_m, GROUP_M)",
+            f"{ind}{bm} = first_m + (tile % (GROUP_M * tiles_n)) % group_rows",
+            f"{ind}{bn} = (tile % (GROUP_M * tiles_n)) // group_rows",
+        ]
     src = add_param("\n".join(lines) + "\n", "GROUP_M", g)
     return Program(src, p.params, p.template)
 
@@ -282,9 +278,10 @@ def persistent(p: Program, args: dict, env: Env) -> Program:
         if "NUM_SMS" in declared_params(p.source) and p.effective()["NUM_SMS"] != n:
             return _with(p, NUM_SMS=n)
         raise Inapplicable("the tile loop is already persistent")
-    if re.search(r"\brole[ \t]*\(", p.source):
-        raise Inapplicable("persistent warp-specialised kernels need mbarrier phases carried across tiles; "
-                           "use a persistent template of the kernel instead")
+    if re.search(r"\brole[ \t]*\(", _code(p.source)):
+        from argus.agent.rewrites_struct import persistent_roles
+
+        return persistent_roles(p, n, env)
     try:
         src = linearize(p.source)
         launch = find_launch(src)
@@ -358,6 +355,32 @@ def role_registers(p: Program, args: dict, env: Env) -> Program:
     return Program(src, params, p.template)
 
 
+@rewrite("warpgroups", "MMA warpgroups per block: args {consumers: int | '*2' | '/2'} (the CONSUMERS param of a "
+         "warp-specialised kernel, or threads= of a plain one)")
+def warpgroups(p: Program, args: dict, env: Env) -> Program:
+    eff = p.effective()
+    spec = args.get("consumers", "*2")
+    if "CONSUMERS" in eff:
+        v = _scaled(eff["CONSUMERS"], spec, "CONSUMERS")
+        if not 1 <= v <= 4 or v == eff["CONSUMERS"]:
+            raise Inapplicable(f"CONSUMERS={v} is not a change within 1..4")
+        return _with(p, CONSUMERS=v)
+    try:
+        launch = find_launch(p.source)
+    except SourceError as e:
+        raise Inapplicable(str(e)) from e
+    rest = dict(launch.rest)
+    cur = rest.get("threads", "")
+    if not cur.isdigit() or int(cur) % 128:
+        raise Inapplicable("no CONSUMERS param and no literal threads= in whole warpgroups to change")
+    v = _scaled(int(cur) // 128, spec, "warpgroups")
+    if not 1 <= v <= 4 or v * 128 == int(cur):
+        raise Inapplicable(f"{v} warpgroups is not a change within 1..4")
+    rest["threads"] = str(128 * v)
+    new = type(launch)(launch.line, launch.grid, tuple(rest.items()), launch.indent)
+    return Program(replace_line(p.source, launch.line, new.render()), p.params, p.template)
+
+
 @rewrite("split_k", "split the K loop over blocks: args {splits: int}")
 def split_k(p: Program, args: dict, env: Env) -> Program:
     # Each split produces a partial sum of the same output tile; combining them needs an atomic add
@@ -372,3 +395,6 @@ def apply_rewrite(name: str, p: Program, args: dict, env: Env) -> Program:
     if fn is None:
         raise Inapplicable(f"unknown rewrite {name!r}; known: {', '.join(sorted(REWRITES))}")
     return fn(p, dict(args or {}), env)
+
+
+from argus.agent import rewrites_struct  # noqa: E402,F401  (registers the structural rewrites)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from argus.agent.workload import tensor_shape, useful_flops
+from argus.agent.workload import reference_cost, tensor_shape
 from argus.dsl.reference import evaluate_reference
 from argus.interp.numerics import element_tolerance, round_bf16, round_to, storage_dtype
 from argus.ir import nodes as ir
@@ -76,9 +76,11 @@ class Sample:
 class SlicedReference:
     """The starting kernel's reference evaluated on slices of the inputs (see the module docstring)."""
 
-    def __init__(self, kernel: ir.Kernel, scalars: dict[str, object]):
+    def __init__(self, kernel: ir.Kernel, scalars: dict[str, object],
+                 probe_arrays: dict[str, np.ndarray] | None = None):
         self.k = kernel
         self.scalars = scalars
+        self.probe_arrays = probe_arrays  # inputs at the probe shape from the run's provider (valid routing)
         self._sliceable: dict[str, tuple[str, ...]] = {}
 
     def _dim_names(self, output: str) -> tuple[str, ...]:
@@ -108,9 +110,14 @@ class SlicedReference:
         from argus.interp.run import make_arrays
 
         names = self._dim_names(output)
-        arrays = make_arrays(self.k, probe, rng)
+        # Random integers would make a routing-dependent reference look sliceable (expert_of_rows over
+        # garbage offsets maps every row alike): probe with the provider's inputs when there are some.
+        arrays = self.probe_arrays if self.probe_arrays is not None else make_arrays(self.k, probe, rng)
         full = np.asarray(self.evaluate(arrays, probe, {})[output], dtype=np.float64)
-        pick = {d: np.unique(np.concatenate([[0, probe[d] - 1], rng.integers(0, probe[d], 3)])) for d in names}
+        pick = {}
+        for d in names:  # a proper subset of the axis, so a dim tied to another one shows (H to HKV)
+            ix = np.unique(np.concatenate([[0, probe[d] - 1], rng.integers(0, probe[d], 3)]))
+            pick[d] = ix[1:] if len(ix) == probe[d] > 1 else ix
         found: tuple[str, ...] = ()
         for size in range(len(names), 0, -1):
             for subset in itertools.combinations(names, size):
@@ -143,7 +150,8 @@ class SlicedReference:
     def affordable(self, dims: dict[str, int], select: dict[str, np.ndarray]) -> bool:
         sliced = {**dims, **{d: len(ix) for d, ix in select.items()}}
         elements = sum(math.prod(tensor_shape(t, sliced)) for t in self.k.tensors)
-        return useful_flops(self.k, sliced) <= MAX_SLICED_FLOPS and elements <= MAX_SLICED_FLOPS / 16
+        flops, peak = reference_cost(self.k, sliced)  # peak: a gathered Wg[We] of the routed rows, say
+        return flops <= MAX_SLICED_FLOPS and max(elements, peak) <= MAX_SLICED_FLOPS / 16
 
 
 def choose_indices(candidates: dict[str, np.ndarray], dims: dict[str, int], refs: SlicedReference,

@@ -2,20 +2,26 @@
 
 The referee checks correctness at the planner-visible small shapes and at fresh irregular shapes it
 draws itself for each evaluation (never shown to the planner), so a kernel cannot be tuned to pass
-only the shapes it was shown. Dimensions that the starting kernel itself cannot vary (e.g. a head
-dimension fixed by a param) are detected once and held at their visible value.
+only the shapes it was shown. Every drawn shape is made valid by the starting kernel's own assumes
+over its dims (argus.agent.problem.ShapeSpace): a head dim pinned to a param stays pinned, a
+`H == HKV * GROUP` stays true, `K % 8 == 0` stays true; counting dims (batch, heads, experts) stay
+small, tiled dims are drawn irregular.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from argus.interp.budget import MAX_DIM
 
+if TYPE_CHECKING:
+    from argus.agent.problem import Inputs, ShapeSpace
+
 Shape = dict[str, int]
 
 GEMM_TARGETS = ({"M": 4096, "N": 4096, "K": 4096}, {"M": 8192, "N": 8192, "K": 8192})
-_IRREGULAR = (200, 136, 72, 97, 40, 184)
 
 
 def parse_shapes(text: str, dims: tuple[str, ...]) -> list[Shape]:
@@ -45,31 +51,47 @@ def parse_shapes(text: str, dims: tuple[str, ...]) -> list[Shape]:
     return out
 
 
-def default_targets(dims: tuple[str, ...]) -> list[Shape]:
-    if set(dims) == {"M", "N", "K"}:
-        return [dict(s) for s in GEMM_TARGETS]
-    return [{d: 4096 for d in dims}]
+def default_targets(space: ShapeSpace, inputs: Inputs) -> list[Shape]:
+    """GEMM: 4096^3 and 8192^3; a routed MoE kernel: a 2048-token routing (argus.agent.problem);
+    otherwise the tiled dims at 4096 and the counting dims at 8, as the assumes allow."""
+    from argus.agent.problem import RoutedInputs, moe_targets
+
+    if isinstance(inputs, RoutedInputs):
+        return moe_targets()
+    if set(space.names) == {"M", "N", "K"}:
+        return [{d: s[d] for d in space.names} for s in GEMM_TARGETS]
+    return space.targets()
 
 
-def default_checks(dims: tuple[str, ...]) -> list[Shape]:
-    """One tile-friendly and one irregular small shape (cheap in the interpreter)."""
-    return [{d: 128 for d in dims}, {d: _IRREGULAR[i % len(_IRREGULAR)] for i, d in enumerate(dims)}]
+COUNTING_MAX = 4  # counting dims (batch, heads, experts) of drawn shapes
+
+
+def _valid(space: ShapeSpace | None, prefs: Shape) -> Shape:
+    if space is None:
+        return prefs
+    got = space.draw(prefs)
+    return got if got is not None else prefs
 
 
 def hidden_shapes(visible: list[Shape], rng: np.random.Generator, n: int = 2,
-                  fixed: frozenset[str] = frozenset(), hi: int = 280) -> list[Shape]:
-    """Fresh irregular shapes: sizes drawn in [1, hi], odd-biased so they are rarely tile multiples."""
+                  fixed: frozenset[str] = frozenset(), hi: int = 280,
+                  space: ShapeSpace | None = None) -> list[Shape]:
+    """Fresh irregular shapes: tiled sizes drawn in [1, hi], odd-biased so they are rarely tile
+    multiples; counting sizes in [1, 4]; then the nearest sizes the assumes allow."""
     base = visible[0] if visible else {}
+    tiled = space.tiled if space is not None else frozenset(base)
     out = []
     for _ in range(n):
         s = {}
         for d, v in base.items():
             if d in fixed:
                 s[d] = v
+            elif d not in tiled:
+                s[d] = int(rng.integers(1, COUNTING_MAX + 1))
             else:
                 x = int(rng.integers(1, hi + 1))
                 s[d] = x | 1 if rng.random() < 0.7 else x
-        out.append(s)
+        out.append(_valid(space, s))
     return out
 
 
@@ -82,16 +104,17 @@ def _off_grid(x: int, rng: np.random.Generator) -> int:
 
 def scale_shapes(visible: list[Shape], targets: list[Shape], rng: np.random.Generator, n: int,
                  fixed: frozenset[str] = frozenset(), small: int = 280,
-                 max_elements: int = 1 << 25) -> list[Shape]:
+                 max_elements: int = 1 << 25, space: ShapeSpace | None = None) -> list[Shape]:
     """Hidden shapes up to the targets' scale: one dim large in each (taking turns over the dims from a
     random first one; sometimes a second is large too) — the target size itself, just below it, or
     anything between the small range and it, moved off multiples of 8 — the others small or extreme
     (1). A kernel that skips work above some size is run where it does. Each shape stays within
     `max_elements` for any two of its dims, so the interpreter can run it whole."""
     base = visible[0] if visible else {}
+    tiled = space.tiled if space is not None else frozenset(base)
     free = [d for d in base if d not in fixed]
     top = {d: max([int(t.get(d, 0)) for t in targets] + [base[d]]) for d in base}
-    grow = [d for d in free if top[d] > small]
+    grow = [d for d in free if top[d] > small and d in tiled]
     if not grow:
         return []
     first = int(rng.integers(len(grow)))
@@ -112,35 +135,16 @@ def scale_shapes(visible: list[Shape], targets: list[Shape], rng: np.random.Gene
                     s[d] = max(1, top[d] - int(rng.integers(1, 8)))
                 else:
                     s[d] = _off_grid(int(rng.integers(small + 1, top[d] + 1)), rng)
+            elif d not in tiled:
+                s[d] = int(rng.integers(1, COUNTING_MAX + 1))
             else:
                 s[d] = 1 if rng.random() < 0.15 else _off_grid(int(rng.integers(1, small + 1)), rng)
         for d in sorted(s, key=lambda d: -s[d]):  # bound any two dims' product by shrinking the small ones
             while d not in big and d not in fixed and s[d] > 1 and \
                     s[d] * max(s[x] for x in s if x != d) > max_elements:
                 s[d] = max(1, s[d] // 2) | 1
-        out.append(s)
+        out.append(_valid(space, s))
     return out
-
-
-def fixed_dims(kernel, visible: list[Shape], seed: int = 0) -> frozenset[str]:
-    """Dims of the starting kernel that do not tolerate another size (kept at the visible value)."""
-    from argus.dsl.diagnostics import ArgusError
-    from argus.interp.run import run_interp
-
-    if not visible:
-        return frozenset()
-    fixed = set()
-    base = visible[0]
-    for d in base:
-        trial = dict(base)
-        trial[d] = base[d] + 13
-        try:
-            ok = run_interp(kernel, trial, seed=seed).ok
-        except ArgusError:
-            ok = False
-        if not ok:
-            fixed.add(d)
-    return frozenset(fixed)
 
 
 def label(s: Shape) -> str:

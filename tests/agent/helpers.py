@@ -14,6 +14,7 @@ from argus.agent.loop import TuneConfig
 from tests.conftest import EXAMPLES
 
 GEMM = EXAMPLES / "gemm.arg"
+STARTS = EXAMPLES.parent / "benchmarks" / "tune" / "starts"  # the naive starts of the device run
 NAIVE = {"BM": 64, "BN": 64, "BK": 32, "STAGES": 1, "MMA": "mma.sync", "SWIZZLE": 64}
 CHECKS = ({"M": 64, "N": 64, "K": 64}, {"M": 72, "N": 40, "K": 56})  # small: fast in the interpreter
 

@@ -95,3 +95,52 @@ def test_reply_parser_accepts_only_data(tmp_path):
         with pytest.raises(ReplyError, match=why):
             parse_reply(bad, ctx)
     assert json.loads(json.dumps(p.to_json()))["edits"][0]["op"] == "rewrite"
+
+
+def test_a_multi_step_conversation_uses_counterexamples_and_profile_advice(tmp_path, monkeypatch):
+    """Three steps against canned replies: a program the static verifier refutes with a counterexample
+    (replayed), repaired in the same conversation; an edit taken from the profile diagnosis; a program
+    the front end rejects, repaired by an edit. What the model is shown at each turn is checked."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-key")
+    src = naive_program()
+    off_by_one = src.replace("copy_async(b_s[s], B[k * BK : +BK, bn * BN : +BN])",
+                             "copy_async(b_s[s], B[(k + 1) * BK : +BK, bn * BN : +BN])")
+    fixed = src.replace("param STAGES = 1", "param STAGES = 2")
+    no_wait = src.replace("        wait_async(a_s[s], b_s[s])\n", "")
+    replies = [
+        f"Prefetch the next B tile early.\n```argus\n{off_by_one}```",
+        "The counterexample says mma-contraction: A's k-axis 0 met B's k-axis 32, so B is read one BK ahead. "
+        f"Restore the B offset and use two stages instead.\n```argus\n{fixed}```",
+        'The diagnosis says mma-sync-on-hopper: switch to wgmma.\n```json\n{"edits": [{"op": "set_param", '
+        '"name": "MMA", "value": "wgmma"}], "reasoning": "mma-sync-on-hopper"}\n```',
+        f"Drop the wait; the ring covers it.\n```argus\n{no_wait}```",
+        'The verifier needs the wait. Deepen the ring instead.\n```json\n{"edits": [{"op": "rewrite", "name": '
+        '"stages", "args": {"delta": 1}}]}\n```',
+    ]
+    with h.FakeAnthropic(replies) as api:
+        planner = AnthropicPlanner(model="test-model", base_url=api.url)
+        res = tune(h.config(tmp_path / "conv", budget=3, verifier="auto", verify_timeout_s=120, max_repairs=1),
+                   planner=planner)
+    steps = [r for r in h.records(res.record) if r["kind"] == "step"]
+    assert [s["status"] for s in steps] == ["ok", "ok", "ok", "ok"]
+    assert [a["problem"] for a in steps[1]["attempts"]] == ["violated"]
+    assert [a["problem"] for a in steps[3]["attempts"]] == ["violated"]
+    assert steps[1]["verify"]["status"] == "verified" and steps[2]["reward"] > steps[1]["reward"] > 0
+    reqs = [r["body"]["messages"] for r in api.requests]
+    assert [len(m) for m in reqs] == [1, 3, 1, 1, 3]  # a repair continues its step's conversation
+    # turn 2: the static verifier's counterexample and the interpreter's replay of it
+    repair = reqs[1][-1]["content"]
+    for part in ("rejected (violated)", "[mma-contraction]", "counterexample:", "B[k-axis 0]",
+                 "replay: interpreter confirms"):
+        assert part in repair, part
+    # turn 3: a new step; the profile advice on the best kernel (mma.sync on Hopper) and the trajectory
+    p2 = reqs[2][0]["content"]
+    assert "## Profile diagnosis of the best kernel" in p2 and "[mma-sync-on-hopper]" in p2
+    assert "| 1 | 0 | program: STAGES 1 -> 2 | ok |" in p2
+    # turn 4: after wgmma the advice changed, and the failed attempt of step 1 is no longer a failure
+    p3 = reqs[3][0]["content"]
+    diag3 = p3[p3.index("## Profile diagnosis"): p3.index("## Trajectory")]
+    assert "[mma-sync-on-hopper]" not in diag3 and "[smem-bound]" in diag3 and "-> wgmma, swizzle-128" in diag3
+    assert "MMA=wgmma" in p3 and "## Contrastive pairs" in p3
+    # turn 5: the front end's reason for refusing the program without a wait
+    assert "[pipeline]" in reqs[4][-1]["content"] and "wait_async" in reqs[4][-1]["content"]

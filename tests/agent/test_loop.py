@@ -35,6 +35,9 @@ def test_tune_from_a_naive_gemm(tmp_path):
     assert all(t["estimate"] for s in ok for t in s["evaluation"]["timings"])
     assert all(s["diagnosis"] and s["diagnosis"][0]["signal"] == "roofline" for s in ok)
     # Progress: one line per step with the best and its ratio to the library, marked as estimates.
+    # (After one line saying what the run does: kernel, family, shapes, budget.)
+    assert lines[0].startswith("tuning kernel 'gemm'") and "budget 8" in lines[0]
+    lines = lines[1:]
     assert len(lines) == 9 and all("est." in ln and "best" in ln for ln in lines)
     assert "library est." in lines[-1]
     # Outputs: a standalone best kernel that is correct, a report and a plot.

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from argus.agent import rewrites
 from argus.agent.gate import build
 from argus.agent.program import Candidate, EditError, apply_edits, diff, parse_edit, parse_edits
 from argus.agent.rewrites import Env
 from argus.interp.run import run_interp
-from tests.agent.helpers import GEMM, NAIVE
+from tests.agent.helpers import GEMM, NAIVE, STARTS
 
 ENV = Env(path=str(GEMM))
 DIMS = ({"M": 72, "N": 40, "K": 56}, {"M": 130, "N": 70, "K": 33})
@@ -20,6 +19,11 @@ DIMS_TMA = ({"M": 72, "N": 40, "K": 56}, {"M": 130, "N": 70, "K": 33})
 
 def naive() -> Candidate:
     return Candidate.make(GEMM.read_text(), dict(NAIVE))
+
+
+def naive_tma() -> Candidate:
+    """The naive GEMM start of the device run: K and N multiples of 8 (what TMA addresses)."""
+    return Candidate.make(STARTS.joinpath("gemm_naive.arg").read_text(), {})
 
 
 def correct(c: Candidate, dims=DIMS) -> bool:
@@ -72,14 +76,21 @@ def test_replace_text_must_match_once():
      {"op": "rewrite", "name": "persistent", "args": {"num_sms": 5}}],
     [{"op": "rewrite", "name": "persistent", "args": {"num_sms": 5}},
      {"op": "rewrite", "name": "grouped_raster", "args": {"group_m": 3}}],
-    [{"op": "rewrite", "name": "warp_specialise", "args": {"carry": []}}],
-    [{"op": "rewrite", "name": "warp_specialise", "args": {"carry": []}},
+    [{"op": "rewrite", "name": "warp_specialise", "args": {}}],
+    [{"op": "rewrite", "name": "warp_specialise", "args": {}},
      {"op": "rewrite", "name": "role_registers", "args": {"producer": 24, "consumer": 240}}],
+    [{"op": "rewrite", "name": "mma_instr", "args": {"instr": "wgmma"}}, {"op": "rewrite", "name": "stages",
+                                                                          "args": {"stages": 3}},
+     {"op": "rewrite", "name": "warp_specialise", "args": {}}, {"op": "rewrite", "name": "persistent", "args":
+                                                                 {"num_sms": 3}},
+     {"op": "rewrite", "name": "grouped_raster", "args": {"group_m": 2}}],
+    [{"op": "rewrite", "name": "warpgroups", "args": {"consumers": 1}}, {"op": "rewrite", "name": "warp_specialise",
+                                                                         "args": {}}],
     [{"op": "rewrite", "name": "cluster", "args": {"shape": [2, 1]}}],
 ], ids=lambda e: "+".join(x["name"] for x in e))
 def test_rewrites_give_correct_programs(edits):
-    d = apply_edits(naive(), parse_edits(edits), ENV)
     tma = any(e["name"] == "warp_specialise" for e in edits)
+    d = apply_edits(naive_tma() if tma else naive(), parse_edits(edits), ENV)
     assert correct(d, DIMS_TMA if tma else DIMS), d.materialise()
 
 
@@ -104,21 +115,14 @@ def test_inapplicable_rewrites_say_why(edits, why):
         apply_edits(naive(), parse_edits(edits), ENV)
 
 
-def test_warp_specialise_template_discovery(tmp_path, monkeypatch):
-    src = GEMM.read_text()
-    c = Candidate.make(src, {})
-    edit = parse_edits([{"op": "rewrite", "name": "warp_specialise", "args": {"carry": []}}])
-    # No examples/ variant: the tuner's bundled template is used.
-    monkeypatch.setattr(rewrites, "REPO_EXAMPLES", tmp_path)
-    d = apply_edits(c, edit, Env(path=str(tmp_path / "gemm.arg")))
-    assert d.template and d.template.startswith(str(rewrites.TEMPLATE_DIR)) and "role(" in d.source
-    assert correct(d)
-    # A variant next to the kernel wins over the bundled one.
-    (tmp_path / "gemm_ws.arg").write_text(d.source.replace("param STAGES = 4", "param STAGES = 2"))
-    e = apply_edits(c, edit, Env(path=str(tmp_path / "gemm.arg")))
-    assert e.template == str(tmp_path / "gemm_ws.arg")
-    # Neither: not applicable, with the places searched.
-    monkeypatch.setattr(rewrites, "TEMPLATE_DIR", tmp_path / "none")
-    (tmp_path / "gemm_ws.arg").unlink()
-    with pytest.raises(EditError, match="no ws template"):
-        apply_edits(c, edit, Env(path=str(tmp_path / "gemm.arg")))
+def test_warp_specialise_needs_what_tma_needs_and_says_so():
+    # examples/gemm.arg accepts any K and N: TMA cannot address rows that are not 16-byte multiples, and the
+    # rewrite says which assume a start kernel would need (it never adds one: that would narrow the problem).
+    edit = parse_edits([{"op": "rewrite", "name": "warp_specialise", "args": {}}])
+    with pytest.raises(EditError, match=r"accepts K not a multiple of 8.*assume\(K % 8 == 0\)"):
+        apply_edits(naive(), edit, ENV)
+    d = apply_edits(naive_tma(), edit, ENV)
+    assert d.template is None and 'role("producer"' in d.source and "copy_bulk(" in d.source
+    assert "copy_async" not in d.source and "pipeline(" not in d.source
+    with pytest.raises(EditError, match="already warp-specialised"):
+        apply_edits(d, edit, ENV)

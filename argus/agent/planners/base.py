@@ -71,6 +71,7 @@ class Node:
     diagnosis: tuple[dict[str, Any], ...] = ()
     edits: tuple[dict[str, Any], ...] = ()
     attempts: tuple[dict[str, Any], ...] = ()
+    signature: dict[str, Any] = field(default_factory=dict, compare=False)  # argus.agent.store.signature
 
     @property
     def ok(self) -> bool:
@@ -86,7 +87,8 @@ class Node:
             msg = d["attempts"][-1].get("message", "")
         return Node(d["step"], d.get("key"), d.get("parent"), cand, prop.get("action", ""), prop.get("technique", ""),
                     d.get("status", "error"), d.get("reward"), tuple(d.get("tflops") or ()), msg,
-                    tuple(d.get("diagnosis") or ()), tuple(prop.get("edits") or ()), tuple(d.get("attempts") or ()))
+                    tuple(d.get("diagnosis") or ()), tuple(prop.get("edits") or ()), tuple(d.get("attempts") or ()),
+                    d.get("signature") or {})
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,8 @@ class PlannerContext:
     target_shapes: tuple[dict[str, int], ...]
     estimate: bool
     library: str = ""  # e.g. "cuBLAS 720/687 TFLOP/s (recorded)"
+    priors: Any = None  # argus.agent.store.Priors from earlier runs (None: no store)
+    lessons: tuple[dict[str, Any], ...] = ()  # contrastive entries from earlier runs (argus.agent.store)
 
     @property
     def start(self) -> Node:

@@ -9,9 +9,16 @@ same choices): nodes are evaluated programs, edges are KB actions. Each step
   * expansion picks, among the node's untried applicable actions, the one with the highest score:
     prior from the node's profile diagnosis (weight of each diagnosis naming the action's technique)
     + the action's mean reward gain so far anywhere in the tree (AMAF-style sharing, shrunk toward 0)
+    + the store's prior (argus/agent/store.py): its mean gain in earlier runs on kernels like this node,
+      weighted by similarity, failures counted as losses — what worked before is tried first
     + a small exploration bonus;
   * dead ends are pruned: failed programs are leaves, nodes with nothing left are skipped, and an
     action that failed twice without ever succeeding is dropped.
+
+With a learning store, each step first looks for the (evaluated program, untried action) pair whose
+predicted reward — the program's reward plus the store's prior for the action on programs like it — is
+highest; when that prediction is a clear gain (> GUIDED_MIN), it is expanded (best-first along what
+worked in earlier runs), and the tree search above decides otherwise.
 
 Repair maps verifier/compiler findings to fixes (a swizzle its rows cannot hold -> BK or a smaller
 swizzle; an MMA shape a warpgroup cannot split -> a tile it can; too much shared memory -> a stage
@@ -31,6 +38,7 @@ from argus.agent.planners.base import Attempt, Node, PlannerContext, PlannerErro
 from argus.agent.program import Candidate, Edit, EditError, apply_edits
 
 FAIL_DELTA = -0.3  # value of a failed action, in reward units (log speedup)
+GUIDED_MIN = 0.02  # a store prediction below this gain leaves the step to the tree search
 
 
 class PlannerExhausted(PlannerError):
@@ -40,11 +48,13 @@ class PlannerExhausted(PlannerError):
 class BuiltinPlanner:
     name = "builtin"
 
-    def __init__(self, c_uct: float = 0.3, pw_c: float = 1.0, pw_alpha: float = 0.4, c_explore: float = 0.05):
+    def __init__(self, c_uct: float = 0.3, pw_c: float = 1.0, pw_alpha: float = 0.4, c_explore: float = 0.05,
+                 w_store: float = 1.0):
         self.c_uct = c_uct
         self.pw_c = pw_c
         self.pw_alpha = pw_alpha
         self.c_explore = c_explore
+        self.w_store = w_store
 
     # ---- statistics from the trajectory ----
     def _stats(self, ctx: PlannerContext):
@@ -106,7 +116,7 @@ class BuiltinPlanner:
             out.append((a, c))
         return out
 
-    def _score(self, a: Action, node: Node, deltas, tdeltas, total: int) -> tuple[float, str]:
+    def _score(self, a: Action, node: Node, deltas, tdeltas, total: int, priors=None) -> tuple[float, str]:
         prior = 0.02
         why = []
         for d in node.diagnosis:
@@ -119,6 +129,11 @@ class BuiltinPlanner:
         text = (f"diagnosis {', '.join(why)} suggests {a.technique}" if why else f"exploring {a.technique}")
         if ds:
             text += f"; this action gained {sum(ds) / len(ds):+.3f} on average over {len(ds)} tries"
+        learned = priors.score(a.id, node.signature) if priors is not None and node.signature else None
+        if learned is not None:
+            value += self.w_store * learned.value
+            text += (f"; earlier runs: {learned.value:+.3f} on similar kernels ({learned.wins} gains, "
+                     f"{learned.fails} failures)")
         return prior + value + bonus, text
 
     # ---- the planner interface ----
@@ -128,6 +143,10 @@ class BuiltinPlanner:
         root = ctx.start.key
         visits: dict[str, int] = {}
         values: dict[str, float] = {}
+        if ctx.priors is not None and len(ctx.priors):
+            guided = self._guided(ctx, nodes, tried, seen, fails, wins, deltas, tdeltas, rng)
+            if guided is not None:
+                return guided
         rewards = [n.reward for n in nodes.values()]
         scale = max(0.05, max(rewards) - min(rewards)) if rewards else 1.0
         exhausted: set[str] = set()
@@ -173,10 +192,40 @@ class BuiltinPlanner:
                             f"the best program (step {best.step})", f"{a.id}&{b.id}", a.technique, best.key)
         raise PlannerExhausted("every action and pair of actions has been tried")
 
+    def _guided(self, ctx: PlannerContext, nodes: dict[str, Node], tried, seen, fails, wins, deltas, tdeltas,
+                rng) -> Proposal | None:
+        """Best-first by the store: the untried (program, action) with the highest predicted reward."""
+        scored = []
+        for n in nodes.values():
+            if not n.signature:
+                continue
+            for a in ctx.kb.actions(ctx.kind):
+                if (n.key, a.id) in tried or (fails[a.id] >= 2 and wins[a.id] == 0):
+                    continue
+                p = ctx.priors.score(a.id, n.signature)
+                if p is None or p.wins == 0 or p.value <= GUIDED_MIN:
+                    continue
+                ds = deltas.get(a.id, [])  # what the action did in this run so far corrects the store
+                gain = p.value + sum(ds) / (len(ds) + 1)
+                if gain > GUIDED_MIN:
+                    scored.append((n.reward + gain + 1e-6 * rng.random(), a, n, p))
+        scored.sort(key=lambda x: -x[0])
+        for pred, a, n, p in scored:
+            try:
+                c = apply_edits(n.candidate, a.edits, ctx.env)
+            except EditError:
+                continue
+            if c.key in seen:
+                continue
+            return Proposal(a.edits, None, f"earlier runs: {a.id} gained {p.value:+.3f} on programs like step {n.step} "
+                            f"({p.wins} gains, {p.fails} failures); predicted reward {pred:+.3f}", a.id, a.technique,
+                            n.key, meta={"guided": True})
+        return None
+
     def _expand(self, ctx, node: Node, exp, deltas, tdeltas, rng, total: int, path) -> Proposal:
         scored = []
         for a, _ in exp:
-            s, why = self._score(a, node, deltas, tdeltas, total)
+            s, why = self._score(a, node, deltas, tdeltas, total, ctx.priors)
             scored.append((s + 1e-6 * rng.random(), a, why))
         scored.sort(key=lambda x: -x[0])
         s, a, why = scored[0]
