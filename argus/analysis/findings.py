@@ -25,7 +25,7 @@ CHECKS = {
     "async-read-before-wait": "an async-copied buffer is read only after the wait that lands it",
     "async-overwrite": "an async copy never overwrites a stage another thread may still be reading",
     "race": "no two threads touch the same shared element, one writing, without a barrier between",
-    "oob-global": "unmasked global accesses stay inside the tensor",
+    "oob-global": "global accesses stay inside the tensor (masking clips sliced axes, never an indexed one)",
     "oob-shared": "shared-memory views stay inside their buffer",
     "output-unwritten": "every output element is written",
     "output-written-twice": "no output element is written twice",

@@ -4,7 +4,7 @@ Every corpus file is one or more kernels (plus, possibly, a `layer`) with a head
 
     # class: <bug class>
     # expect: <check code>            (broken files: the check that must flag it, or
-                                        `reference-footprint` / `tested`)
+                                        `reference-footprint` / `tested`; `a | b`: any of them)
     # bug: <one line>                 (broken files)
     # base: <correct file it derives from>
     # dims: M=200 N=136 K=72; M=64 N=64 K=520     (2-3 shape sets, `;`-separated)
@@ -47,6 +47,11 @@ class Header:
     dims: list[dict[str, int]] = field(default_factory=list)
     params: dict[str, object] = field(default_factory=dict)
     summary: str = ""  # the line saying what the file exercises
+
+    @property
+    def expects(self) -> set[str]:
+        """`expect: a | b`: a bug that more than one check catches names each (any one must flag it)."""
+        return {e.strip() for e in (self.expect or "").split("|") if e.strip()}
 
     @property
     def observable(self) -> bool:

@@ -45,6 +45,9 @@ def verdict_json(path: Path, cache: Path | None, timeout: int) -> dict:
 
 def summarise(j: dict) -> tuple[str, set[str]]:
     """(short text, violated check codes) of one file's verdict."""
+    if j.get("status") == "error" and any(d.get("code") == "codegen" for d in j.get("diagnostics", [])):
+        d = next(d for d in j["diagnostics"] if d.get("code") == "codegen")
+        return f"refused (does not build): {d['message']}", {"refused"}
     if j.get("status") in ("timeout", "error"):
         return f"{j['status']}: {'; '.join(map(str, j.get('notes', [])))}", set()
     parts, violated = [], set()
@@ -53,10 +56,16 @@ def summarise(j: dict) -> tuple[str, set[str]]:
         st = k.get("status")
         bad = [c["check"] for c in k.get("checks", []) if c["status"] == "violated"]
         violated |= set(bad)
+        tested = k.get("tested") or {}
+        failed = bool(tested.get("shapes")) and not tested.get("ok", True)
+        if failed:
+            violated.add("tested")
         if st == "verified":
             text = "verified"
+        elif st == "violated" and not bad and failed:
+            text = "FAILED its numeric test"
         elif st == "violated":
-            text = "violated " + ", ".join(dict.fromkeys(bad))
+            text = "violated " + ", ".join(dict.fromkeys(bad)) + (" (numeric test failed too)" if failed else "")
             unk = [c["check"] for c in k.get("checks", []) if c["status"] == "unknown"]
             if unk:
                 text += f" (+{len(unk)} unknown)"
@@ -111,8 +120,11 @@ def main(argv: list[str] | None = None) -> int:
             if kind == "correct":
                 key = "flagged" if violated else "verified" if text == "verified" or all(
                     p.split(": ", 1)[-1] == "verified" for p in text.split("; ")) else "unknown"
-            elif h.expect in violated:
-                key = "flagged by the expected check"
+            elif h.expects & violated:
+                key = "flagged by an expected check" if h.expects - {"tested"} & violated or \
+                    h.expects == {"tested"} else "flagged by its numeric test"
+            elif violated & {"tested", "refused"} and not violated - {"tested", "refused"}:
+                key = "flagged by its numeric test" if "tested" in violated else "refused by check (does not build)"
             elif violated:
                 key = "flagged by another check"
             elif "unknown" in text or "timeout" in text:

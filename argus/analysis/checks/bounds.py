@@ -18,17 +18,21 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
     status, findings, seen = VERIFIED, [], set()
     for trace, ctx in zip(a.traces, a.contexts):
         for n, (view, masked, kind, span, step, _threads) in enumerate(trace.global_accesses):
-            if masked or span in seen:
+            # masking clips the sliced axes only: an axis indexed by a scalar must hold its index, masked
+            # or not (the interpreter faults there, as the language defines it)
+            checked = [e is None or not masked for e in view.extents]
+            if not any(checked) or span in seen:
                 continue
             t = a.kernel.tensor(view.base)
             idx = tuple(z3.Int(f"g{n}_{d}") for d in range(len(view.shape)))
             coords = view.coords(idx)
             dims = [as_int(d) if isinstance(d, int) else ctx.dims[d] for d in t.dims]
-            out = z3.Or(*[z3.Or(as_int(c) < 0, as_int(c) >= d) for c, d in zip(coords, dims)])
+            out = z3.Or(*[z3.Or(as_int(c) < 0, as_int(c) >= d) for c, d, on in zip(coords, dims, checked) if on])
             if view.keep is not None:  # store(..., where=m): masked-off elements are not accessed
                 out = z3.And(view.keep(idx), out)
             dom = [c for i, m in zip(idx, view.shape) for c in (i >= 0, i < m)]
-            ob = Obligation("oob-global", span, f"unmasked {kind} of {view.describe()} reaches outside tensor "
+            what = "unmasked " if not masked else "indexed axis of a masked "
+            ob = Obligation("oob-global", span, f"{what}{kind} of {view.describe()} reaches outside tensor "
                             f"'{view.base}'", out, dom, {f"element[{d}]": i for d, i in enumerate(idx)}, step)
             st, _ob, _m = check_batch(trace, [ob], ctx)
             if st == VIOLATED:
