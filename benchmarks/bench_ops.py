@@ -376,8 +376,14 @@ def moe_route_case(t: int, e: int, k_: int) -> Case:
         s["topk_w"].fill_(float("nan"))
         kern(**s)
         torch.cuda.synchronize()
-        v, i = torch.topk(s["logits"].double(), k_, dim=1)
-        return [cmp("topk_ids", s["topk_ids"].cpu().numpy(), i.cpu().numpy(), DTYPES["i32"]),
+        v, _ = torch.topk(s["logits"].double(), k_, dim=1)
+        ids = s["topk_ids"].long()
+        # equal logits make several id orders right (torch.topk's among ties is unspecified): the ids must
+        # be distinct, in range, and select exactly the top-k values in order
+        distinct = bool(((ids >= 0) & (ids < e)).all()) and bool((ids.sort(dim=1).values.diff(dim=1) > 0).all())
+        picked = torch.gather(s["logits"].double(), 1, ids.clamp(0, e - 1)) if distinct else v * float("nan")
+        # i32's per-element bound is 0: the selected logits must equal the top-k exactly
+        return [cmp("logits[topk_ids]", picked.cpu().numpy(), v.cpu().numpy(), DTYPES["i32"]),
                 compare("topk_w", s["topk_w"], torch.softmax(v, dim=1), "f32")]
 
     sets = rotate(make, 4.0 * t * e)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from argus.runtime.arrays import (
+    ITEMSIZE,
     ArgumentError,
     array_info,
     current_stream,
@@ -523,7 +524,7 @@ def make_tensor_map(
     dt = dtype_name(dtype)
     if dt not in _TMA_DTYPES:
         raise ArgumentError(f"tensor map: unsupported dtype {dt} (supported: {', '.join(_TMA_DTYPES)})")
-    item = {"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "u8": 1, "u16": 2, "u32": 4}[dt]
+    item = ITEMSIZE[dt]
     if isinstance(swizzle, str):
         s = swizzle.strip().upper().removesuffix("B")
         swizzle = 0 if s in ("NONE", "0", "") else int(s)
