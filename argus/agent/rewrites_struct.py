@@ -10,9 +10,10 @@ from tiles) and writes a new program; none swaps in a stored one. What each need
   `full` mbarrier (`expect_tx` of the stage's bytes), and consumer warpgroups (as many as the block
   had) that wait on `full`, do the math and hand the stage back on `empty`. Tile values set up before
   the loop and everything after it move into the consumer role; scalars, allocations and assumes stay
-  outside the roles. TMA needs 16-byte row pitches: every copied tensor's last dim must be a multiple of
-  16 bytes under the kernel's own assumes (`assume(K % 8 == 0)` for bf16), else the rewrite refuses —
-  adding the assume would narrow the problem, which the referee rejects anyway.
+  outside the roles. TMA needs 16-byte row pitches: the runtime re-pitches tensors the kernel only reads;
+  a copied tensor the kernel also writes must have a last dim that is a multiple of 16 bytes under the
+  kernel's own assumes, else the rewrite refuses — adding the assume would narrow the problem, which the
+  referee rejects anyway.
 * tma: a one-shot `copy_async` outside any loop (attention's Q tile) with its `wait_async` becomes an
   mbarrier-completed `copy_bulk` and a `wait` (same 16-byte condition).
 * persistent: a grid of NUM_SMS blocks walks all tiles. Without roles the whole body moves into
@@ -85,6 +86,8 @@ def _aligned(kernel, tensor: str, box_last: int | None) -> str | None:
     q = max(1, 16 // t.dtype.bytes)
     if box_last is not None and (box_last * t.dtype.bytes) % 16:
         return f"a TMA box row of {box_last} {t.dtype} elements is not a multiple of 16 bytes"
+    if tensor in kernel.inputs and tensor not in kernel.outputs:
+        return None  # read-only: the runtime re-pitches its rows (argus/analysis/checks/alignment.py)
     last = t.dims[-1]
     if isinstance(last, int):
         return None if last % q == 0 else f"{tensor}'s rows ({last} elements) are not a multiple of 16 bytes"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from argus.agent.gate import build
 from argus.agent.program import Candidate, EditError, apply_edits, diff, parse_edit, parse_edits
 from argus.agent.rewrites import Env
+from argus.agent.rewrites_struct import _aligned
 from argus.interp.run import run_interp
 from tests.agent.helpers import GEMM, NAIVE, STARTS
 
@@ -22,7 +25,7 @@ def naive() -> Candidate:
 
 
 def naive_tma() -> Candidate:
-    """The naive GEMM start of the device run: K and N multiples of 8 (what TMA addresses)."""
+    """The naive GEMM start of the device run (benchmarks/tune/starts/gemm_naive.arg)."""
     return Candidate.make(STARTS.joinpath("gemm_naive.arg").read_text(), {})
 
 
@@ -115,12 +118,18 @@ def test_inapplicable_rewrites_say_why(edits, why):
         apply_edits(naive(), parse_edits(edits), ENV)
 
 
-def test_warp_specialise_needs_what_tma_needs_and_says_so():
-    # examples/gemm.arg accepts any K and N: TMA cannot address rows that are not 16-byte multiples, and the
-    # rewrite says which assume a start kernel would need (it never adds one: that would narrow the problem).
+def test_warp_specialise_takes_any_shape_and_refuses_what_tma_cannot_address():
+    # examples/gemm.arg accepts any K and N: A and B are read-only, so the runtime re-pitches them and the
+    # rewrite applies; a tensor the kernel also writes keeps its caller's pitch, and then the rewrite says
+    # which assume a start kernel would need (it never adds one: that would narrow the problem).
     edit = parse_edits([{"op": "rewrite", "name": "warp_specialise", "args": {}}])
-    with pytest.raises(EditError, match=r"accepts K not a multiple of 8.*assume\(K % 8 == 0\)"):
-        apply_edits(naive(), edit, ENV)
+    assert correct(apply_edits(naive(), edit, ENV), DIMS_TMA)
+    inplace = build(Candidate.make(
+        "kernel scale(X: bf16[M, N]):\n    launch grid=(cdiv(M, 64),), threads=128\n"
+        "    x = load(X[block_id(0) * 64 : +64, 0 : +64])\n"
+        "    store(X[block_id(0) * 64 : +64, 0 : +64], cast(x * 2.0, bf16))\n"
+        "reference:\n    X = X * 2\n", {}))
+    assert re.search(r"accepts N not a multiple of 8.*assume\(N % 8 == 0\)", _aligned(inplace, "X", 64))
     d = apply_edits(naive_tma(), edit, ENV)
     assert d.template is None and 'role("producer"' in d.source and "copy_bulk(" in d.source
     assert "copy_async" not in d.source and "pipeline(" not in d.source
