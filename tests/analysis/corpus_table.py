@@ -3,9 +3,9 @@ oracle shows, and today's `argus check` verdict.
 
     python -m tests.analysis.corpus_table [--verdicts DIR] [--timeout S] > tests/analysis/corpus/TABLE.md
 
-Verdicts come from `argus check FILE --no-replay --format json` (run here, one file at a time, under a
-timeout; with --verdicts DIR the JSON of an earlier run is read from DIR/<correct|broken>__<stem>.json and
-only missing files are run and stored there).
+Verdicts come from `argus check FILE --format json` at its defaults (replay and numeric tier on), run here
+one file at a time under a timeout; with --verdicts DIR the JSON of an earlier run is read from
+DIR/<correct|broken>__<stem>.json and only missing files are run and stored there.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def verdict_json(path: Path, cache: Path | None, timeout: int) -> dict:
         return json.loads(out.read_text())
     t0 = time.perf_counter()
     try:
-        p = subprocess.run([sys.executable, "-m", "argus.cli", "check", str(path), "--no-replay", "--format", "json"],
+        p = subprocess.run([sys.executable, "-m", "argus.cli", "check", str(path), "--format", "json"],
                            capture_output=True, text=True, timeout=timeout, cwd=ROOT_DIR)
         j = json.loads(p.stdout)
     except subprocess.TimeoutExpired:
@@ -112,11 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.verdicts:
         args.verdicts.mkdir(parents=True, exist_ok=True)
-    rows, tally = [], {}
+    rows, tally, seconds = [], {}, []
     for kind in ("correct", "broken"):
         for f in corpus_files(kind):
             h = parse_header(f)
-            text, violated = summarise(verdict_json(f, args.verdicts, args.timeout))
+            j = verdict_json(f, args.verdicts, args.timeout)
+            text, violated = summarise(j)
+            seconds.append(float(j.get("seconds_wall", 0.0)))
             if kind == "correct":
                 key = "flagged" if violated else "verified" if text == "verified" or all(
                     p.split(": ", 1)[-1] == "verified" for p in text.split("; ")) else "unknown"
@@ -132,14 +134,19 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 key = "verified (missed)"
             tally[(kind, key)] = tally.get((kind, key), 0) + 1
-            rows.append((f"{kind}/{f.name}", h.klass, h.expect or "—", oracle_text(f), text.replace("|", "\\|")))
-    print("| file | class | expected check | what the oracle shows | today's verdict |")
-    print("| --- | --- | --- | --- | --- |")
+            rows.append((f"{kind}/{f.name}", h.klass, (h.expect or "—").replace("|", "\\|"), oracle_text(f),
+                         text.replace("|", "\\|"), f"{seconds[-1]:.1f}"))
+    print("| file | class | expected check | what the oracle shows | today's verdict | s |")
+    print("| --- | --- | --- | --- | --- | ---: |")
     for r in rows:
         print("| " + " | ".join(r) + " |")
     print()
     for (kind, key), n in sorted(tally.items()):
         print(f"- {kind}: {key}: {n}")
+    if seconds:
+        ordered = sorted(seconds)
+        print(f"- `argus check` wall time per file (a process each, import included): median "
+              f"{ordered[len(ordered) // 2]:.1f} s, max {ordered[-1]:.1f} s over {len(ordered)} files")
     return 0
 
 
