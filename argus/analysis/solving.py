@@ -217,23 +217,55 @@ def nonlinear_check(formulas: list, prefer: list | None = None, timeout_ms: int 
 def _moduli(formulas) -> dict:
     """x -> lcm of the numeral divisors it is divided / reduced by, over every `x div c` / `x mod c`."""
     out: dict = {}
-    todo, seen = list(formulas), set()
+    for f in formulas:
+        for key, (x, c) in _scan(f)[0].items():
+            prev = out.get(key, (x, 1))[1]
+            out[key] = (x, math.lcm(prev, c))
+    return out
+
+
+def _has_divmod(formulas) -> bool:
+    return any(_scan(f)[1] for f in formulas)
+
+
+# Per root formula: (its moduli, whether it divides at all). A query re-asserts the same path constraints
+# hundreds of times and a Python walk of a large DAG costs tens of milliseconds, so each root is walked
+# once; the cache holds the formula itself, so its id cannot be reused while the entry lives.
+_SCANNED: dict[int, tuple[z3.ExprRef, dict, bool]] = {}
+_SCAN_CAP = 50_000
+
+
+def _scan(f) -> tuple[dict, bool]:
+    if not isinstance(f, z3.ExprRef):
+        return {}, False
+    key = f.get_id()
+    hit = _SCANNED.get(key)
+    if hit is not None and hit[0].eq(f):
+        return hit[1], hit[2]
+    out: dict = {}
+    divides = False
+    todo, seen = [f], set()
     while todo:
         e = todo.pop()
         if not isinstance(e, z3.ExprRef) or e.get_id() in seen:
             continue
         seen.add(e.get_id())
-        if z3.is_app(e) and e.decl().kind() in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and z3.is_int_value(e.arg(1)):
-            x, c = e.arg(0), e.arg(1).as_long()
-            if c > 1 and z3.is_const(x):
-                key = x.get_id()
-                prev = out.get(key, (x, 1))[1]
-                out[key] = (x, math.lcm(prev, c))
+        if z3.is_app(e) and e.decl().kind() in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD):
+            divides = True
+            if z3.is_int_value(e.arg(1)):
+                x, c = e.arg(0), e.arg(1).as_long()
+                if c > 1 and z3.is_const(x):
+                    k = x.get_id()
+                    prev = out.get(k, (x, 1))[1]
+                    out[k] = (x, math.lcm(prev, c))
         if z3.is_quantifier(e):
             todo.append(e.body())
         else:
             todo.extend(e.children())
-    return out
+    if len(_SCANNED) >= _SCAN_CAP:
+        _SCANNED.clear()
+    _SCANNED[key] = (f, out, divides)
+    return out, divides
 
 
 QUICK_MS = 250  # the integer solver's first try at a query with division: most settle well within it
@@ -260,7 +292,7 @@ def check_split(s: z3.Solver, assumptions: list | None = None, limit: int = 256,
     Returns sat (s holds the model's assertions: call s.model()), unsat or unknown."""
     assumptions = assumptions or []
     moduli = _moduli(s.assertions())
-    if moduli or bitblast.has_divmod([*s.assertions(), *assumptions]):
+    if moduli or _has_divmod([*s.assertions(), *assumptions]):
         budget(s, QUICK_MS)
         r = s.check(*assumptions)
         if r != z3.unknown:
