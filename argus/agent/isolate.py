@@ -49,13 +49,22 @@ def _child(conn, fn, args, kwargs, limits: Limits) -> None:
     try:
         enter(limits)
         value = fn(*args, **kwargs)
-        conn.send(("ok", value))
+        _answer(conn, ("ok", value))
     except MemoryError:
-        conn.send(("memory", format_bytes(limits.memory_bytes) if limits.memory_bytes else "the machine's"))
+        _answer(conn, ("memory", format_bytes(limits.memory_bytes) if limits.memory_bytes else "the machine's"))
     except BaseException as e:  # report everything, including SystemExit, to the parent
-        conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"))
+        _answer(conn, ("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"))
     finally:
         conn.close()
+
+
+def _answer(conn, msg) -> None:
+    """Send the result; a parent that stopped listening (its timeout passed as the child finished) has
+    already reported a timeout and will kill this process, so a closed pipe is not an error to print."""
+    try:
+        conn.send(msg)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        pass
 
 
 def run_isolated(fn: Callable[..., Any], *args: Any, timeout_s: float = 60.0, start_method: str = "fork",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -83,6 +84,19 @@ def test_isolation_reports_errors_and_values():
     assert r.status == "error" and "ValueError" in r.error
     r = run_isolated(os._exit, 3, timeout_s=10)
     assert r.status == "fault" and r.exitcode == 3
+
+
+def test_a_child_answering_after_its_parent_stopped_listening_stays_quiet():
+    # the parent's timeout passed as the child finished: the pipe is closed, the child must not raise
+    import multiprocessing as mp
+
+    from argus.agent.isolate import _answer
+
+    recv, send = mp.Pipe(duplex=False)
+    recv.close()
+    _answer(send, ("ok", b"x" * 1_000_000))
+    r = run_isolated(time.sleep, 5, timeout_s=0.5)
+    assert r.status == "timeout"
 
 
 class WholeGridBackend(InterpBackend):
