@@ -114,12 +114,14 @@ class _Ranges:
         self.visits = 0
         for _ in range(6):  # bounds through bounded terms (b < cdiv(M, 64)) need a few rounds
             before = dict(self.var)
-            self.cache = {}
+            self.cache, self.bools = {}, set()
             for a in atoms:
                 self._learn(a)
             if before == self.var:
                 break
-        self.cache = {}
+        # intervals from the rounds above used ranges that later rounds narrowed: start afresh, so the
+        # translation's width is computed from final intervals of every subterm (conditions included)
+        self.cache, self.bools = {}, set()
         self.visits = 0
 
     def _count(self) -> None:

@@ -228,44 +228,48 @@ def _has_divmod(formulas) -> bool:
     return any(_scan(f)[1] for f in formulas)
 
 
-# Per root formula: (its moduli, whether it divides at all). A query re-asserts the same path constraints
-# hundreds of times and a Python walk of a large DAG costs tens of milliseconds, so each root is walked
-# once; the cache holds the formula itself, so its id cannot be reused while the entry lives.
+# Per subterm: (its moduli, whether it divides at all), shared by every query. A query re-asserts the same
+# path constraints hundreds of times and obligations share large subterms, while a Python walk of a DAG
+# costs tens of milliseconds, so each node is summarised once; an entry holds its term, so the id cannot be
+# reused while the entry lives.
+_EMPTY: tuple[dict, bool] = ({}, False)
 _SCANNED: dict[int, tuple[z3.ExprRef, dict, bool]] = {}
-_SCAN_CAP = 50_000
+_SCAN_CAP = 400_000
 
 
 def _scan(f) -> tuple[dict, bool]:
     if not isinstance(f, z3.ExprRef):
-        return {}, False
-    key = f.get_id()
-    hit = _SCANNED.get(key)
-    if hit is not None and hit[0].eq(f):
-        return hit[1], hit[2]
-    out: dict = {}
-    divides = False
-    todo, seen = [f], set()
-    while todo:
-        e = todo.pop()
-        if not isinstance(e, z3.ExprRef) or e.get_id() in seen:
+        return _EMPTY
+    if len(_SCANNED) >= _SCAN_CAP:
+        _SCANNED.clear()
+    stack: list[tuple[z3.ExprRef, list | None]] = [(f, None)]
+    while stack:
+        e, kids = stack.pop()
+        key = e.get_id()
+        if key in _SCANNED and kids is None:
             continue
-        seen.add(e.get_id())
+        if kids is None:
+            kids = [e.body()] if z3.is_quantifier(e) else (e.children() if z3.is_app(e) else [])
+            stack.append((e, kids))
+            stack.extend((c, None) for c in kids if c.get_id() not in _SCANNED)
+            continue
+        out: dict = {}
+        divides = False
+        for c in kids:
+            _, sub, sub_divides = _SCANNED[c.get_id()]  # summarised before its parent (never cleared mid-walk)
+            divides = divides or sub_divides
+            for k, (x, m) in sub.items():
+                out[k] = (x, math.lcm(out.get(k, (x, 1))[1], m))
         if z3.is_app(e) and e.decl().kind() in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD):
             divides = True
             if z3.is_int_value(e.arg(1)):
                 x, c = e.arg(0), e.arg(1).as_long()
                 if c > 1 and z3.is_const(x):
                     k = x.get_id()
-                    prev = out.get(k, (x, 1))[1]
-                    out[k] = (x, math.lcm(prev, c))
-        if z3.is_quantifier(e):
-            todo.append(e.body())
-        else:
-            todo.extend(e.children())
-    if len(_SCANNED) >= _SCAN_CAP:
-        _SCANNED.clear()
-    _SCANNED[key] = (f, out, divides)
-    return out, divides
+                    out[k] = (x, math.lcm(out.get(k, (x, 1))[1], c))
+        _SCANNED[key] = (e, out or _EMPTY[0], divides)  # most subterms divide nothing: share one empty dict
+    got = _SCANNED[f.get_id()]
+    return got[1], got[2]
 
 
 QUICK_MS = 250  # the integer solver's first try at a query with division: most settle well within it

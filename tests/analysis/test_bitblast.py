@@ -78,3 +78,13 @@ def test_bounds_come_through_linear_constraints_and_bounded_terms():
     for k in range(7):
         bits = z3.If((m / 2 ** k) % 2 == 1, bits + 2 ** k, bits)
     assert bitblast.decide([m >= 1, m <= 65536, bits != m % 128])[0] == z3.unsat  # seconds for integers
+
+
+def test_terms_only_inside_conditions_set_the_width():
+    # x**3 appears only in an if-condition: its interval must still size the bit-vectors, or x**3 wraps
+    # negative in a narrow width and an unsatisfiable query turns satisfiable
+    x = z3.Int("x")
+    cube = x * x * x
+    q = [x >= 200, x <= 300, z3.If(cube < 0, 1, 0) + z3.If(x > 250, 1, 0) >= 1, x <= 250]
+    assert bitblast.decide(q)[0] == z3.unsat
+    assert bitblast.decide([x >= 200, x <= 300, z3.If(cube > 8_000_000, 1, 0) == 1])[0] == z3.sat
