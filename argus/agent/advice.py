@@ -144,8 +144,11 @@ def diagnose(kernel: ir.Kernel, ev: Evaluation, kb: KnowledgeBase, kind: str = "
     if f.ring_depth <= 1 and not f.warp_specialised and terms:
         add("single-stage", "a single shared-memory stage: every k-step waits for its own copies", 0.3)
     if s is not None and s.instr == "wgmma" and f.copy_mode == "async" and not f.warp_specialised:
+        sync = terms.get("sync", 0.0) if terms else 0.0
+        share = f" ({sync / main:.0%} of the main loop{tag})" if sync and main else ""
         add("copy-issue-overhead", f"all {f.threads} threads issue cp.async and address math each k-step and "
-            "meet at a block barrier; a TMA producer warpgroup would take both off the MMA warps", 0.08)
+            f"meet at a block barrier{share}; a TMA producer warpgroup would take both off the MMA warps",
+            max(0.08, min(1.0, sync / main)) if sync and main else 0.08)
     spill = report.get("spill_store_bytes") or 0
     spill_est = res.get("spill_fraction_est") or report.get("spill_fraction_est") or 0
     regs = report.get("registers") or report.get("registers_est")

@@ -2,7 +2,8 @@
 
 Per SM and per k-step of the main loop it takes the slowest of tensor-core work, shared-memory
 operand traffic (with bank-conflict ways from the swizzle) and L2 -> SM copy traffic, then exposes
-global-memory latency that the pipeline depth cannot cover (Little's law). Tiles run in waves of
+global-memory latency that the pipeline depth cannot cover (Little's law), plus, without warp
+specialisation, the per-k-step issue and block-barrier time of the MMA warps. Tiles run in waves of
 (SMs x resident blocks); HBM traffic follows the operand panels a wave really shares (the program's
 own tile order, simulated). Registers and occupancy come from the accumulator size, the role
 register budgets and shared memory per block against 227 KB. Every number it produces is an estimate
@@ -42,7 +43,7 @@ class CostEstimate:
     seconds: float
     flops_executed: float
     terms: dict[str, float] = field(default_factory=dict)  # seconds per component (see model())
-    bound: str = ""  # "tensor" | "smem" | "l2" | "latency" | "hbm" | "epilogue"
+    bound: str = ""  # "tensor" | "smem" | "l2" | "latency" | "sync" | "hbm" | "epilogue"
     resources: Resources | None = None
     wave: Wave | None = None
     conflict_ways: float = 1.0
@@ -176,6 +177,8 @@ def model(kernel: ir.Kernel, dims: dict[str, int], useful_flops: float, m: Machi
         t_round = max(t_step, lat + t_step / r)
     else:
         t_round = max(t_step, lat / (depth - 1))
+    t_sync = 0.0 if f.warp_specialised else r * m.block_sync_s.value
+    t_round += t_sync
     hbm_share = m.hbm_bytes_per_s.value / sms
     epi = r * f.store_bytes_per_tile / hbm_share + 0.3e-6
     fill = lat + 0.5e-6  # first stage's latency plus block start-up, per tile
@@ -202,9 +205,10 @@ def model(kernel: ir.Kernel, dims: dict[str, int], useful_flops: float, m: Machi
     # DRAM traffic overlaps the main loop only partly (it contends for L2 with the operand reads).
     total = max(t_main, t_hbm) + 0.1 * min(t_main, t_hbm) + m.launch_overhead_s.value
     terms = {"tensor": t_c * f.ksteps * waves, "smem": t_s * f.ksteps * waves, "l2": t_g * f.ksteps * waves,
-             "latency": max(0.0, t_round - t_step) * f.ksteps * waves, "epilogue": (epi + fill) * waves,
+             "latency": max(0.0, t_round - t_sync - t_step) * f.ksteps * waves, "sync": t_sync * f.ksteps * waves,
+             "epilogue": (epi + fill) * waves,
              "hbm": t_hbm, "main_loop": t_main}
-    bound = max(("tensor", "smem", "l2", "latency", "hbm"), key=lambda k: terms[k])
+    bound = max(("tensor", "smem", "l2", "latency", "sync", "hbm"), key=lambda k: terms[k])
     if terms["epilogue"] > 0.25 * total:
         bound = "epilogue"
     if f.cluster and math.prod(f.cluster) > 1:

@@ -35,6 +35,12 @@ class Machine:
     global_latency_s: Figure  # global -> shared copy latency seen by a pipeline stage
     launch_overhead_s: Figure
     clock_hz: Figure = Figure(1.83e9, "Hz", True, "sustained SM clock under load")
+    # Per k-step of each resident block of a kernel without warp specialisation: its MMA warps also issue
+    # the copies and address math and meet at a block barrier, and the tensor cores idle meanwhile (the
+    # blocks of an SM do not hide it from each other: their issue slots are shared). Calibrated on the
+    # H200 on 2026-12-01 at 8192^3: examples/gemm.arg measured 425 TFLOP/s with wgmma (2 blocks per SM) and
+    # 284 with mma.sync (1 block), where the model without this term gave 655 and 391.
+    block_sync_s: Figure = Figure(0.24e-6, "s", True, "issue + block barrier per k-step, non-specialised")
     sfu_ops_per_clk_per_sm: int = 16  # special-function units (exp2, rsqrt): 4 per SM sub-partition
 
 
