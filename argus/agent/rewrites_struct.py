@@ -101,6 +101,17 @@ def _aligned(kernel, tensor: str, box_last: int | None) -> str | None:
             f"a start kernel that states assume({last} % {q} == 0) (if the problem allows it) can use TMA")
 
 
+def _outline(src: str):
+    """(kernel body, launch, source lines, top-level statements) of a program; Inapplicable if unreadable."""
+    try:
+        body = kernel_body(src)
+        launch = find_launch(src)
+        lines = src.splitlines()
+        return body, launch, lines, statements(lines, body.start, body.end, body.indent)
+    except SourceError as e:
+        raise Inapplicable(str(e)) from e
+
+
 def _bytes(decl: tuple[str, str, list[str]], ring: bool) -> str:
     _, dtype, dims = decl
     dims = dims[1:] if ring else dims
@@ -121,13 +132,7 @@ def warp_specialise(p: Program, args: dict, env: Env) -> Program:
     src = p.source
     if re.search(r"\brole[ \t]*\(", _code(src)):
         raise Inapplicable("the kernel is already warp-specialised")
-    try:
-        body = kernel_body(src)
-        launch = find_launch(src)
-        lines = src.splitlines()
-        top = statements(lines, body.start, body.end, body.indent)
-    except SourceError as e:
-        raise Inapplicable(str(e)) from e
+    body, launch, lines, top = _outline(src)
     k = _ir(p, env)
     tiles = _scalar_lets(k)
     loops = [s for s in top if re.match(r"^for\s+\w+\s+in\s+pipeline\s*\(", s.code(lines))]
@@ -270,12 +275,7 @@ def tma(p: Program, args: dict, env: Env) -> Program:
     src = p.source
     if re.search(r"persistent\s*\(", _code(src)):
         raise Inapplicable("a one-shot TMA load inside a persistent tile loop would need a phase per tile")
-    try:
-        body = kernel_body(src)
-        lines = src.splitlines()
-        top = statements(lines, body.start, body.end, body.indent)
-    except SourceError as e:
-        raise Inapplicable(str(e)) from e
+    body, _launch, lines, top = _outline(src)
     scopes = [top]
     for s in top:  # one level into roles: their straight-line statements run once per block too
         if re.match(r"^with\s+role\s*\(", s.code(lines)):
@@ -338,13 +338,7 @@ def persistent_roles(p: Program, n: int, env: Env) -> Program:
     if re.search(r"\bnum_blocks\(", _code(src)):
         raise Inapplicable("the kernel reads num_blocks(); a persistent grid would change it")
     _check_free(src, ("tile", "step0", "NUM_SMS"))
-    try:
-        body = kernel_body(src)
-        launch = find_launch(src)
-        lines = src.splitlines()
-        top = statements(lines, body.start, body.end, body.indent)
-    except SourceError as e:
-        raise Inapplicable(str(e)) from e
+    body, launch, lines, top = _outline(src)
     k = _ir(p, env)
     dep = _block_dependent(k)
     roles = [s for s in top if re.match(r"^with\s+role\s*\(", s.code(lines))]
