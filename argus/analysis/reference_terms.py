@@ -10,7 +10,8 @@ indices (`Ys[pos]`, `Wg[We]`) read their contents as uninterpreted functions, as
 scalar loads. Arrays computed from positions alone (`arange`, comparisons of them) also carry their
 value, so they can act as masks and indices.
 
-What it cannot describe (`topk`, `take_along_axis`, `one_hot`, `where` on data used as an index, a
+`topk` is a reduction over its line whose chosen coordinate is an uninterpreted function, which
+`take_along_axis` reads at. What it cannot describe (`one_hot`, `where` on data used as an index, a
 reshape it cannot map) becomes an Opaque term with the reason: a check that needs it is unknown.
 """
 
@@ -44,6 +45,9 @@ class Arr:
     shape: tuple
     elem: Callable[[tuple], T.Term]
     value: Callable[[tuple], object] | None = None
+    # a data-dependent index (topk's choice): element idx -> the chosen coordinate as an uninterpreted
+    # function of idx. Not a `value`: a where() on it is data, never a position mask.
+    choice: Callable[[tuple], object] | None = None
 
     @property
     def ndim(self) -> int:
@@ -600,11 +604,49 @@ class ReferenceTerms:
         self.row_expert = (fn, offs)
         return Arr((m,), lambda idx: T.VALUE, lambda idx: fn(as_int(idx[0])))
 
-    def fn_topk(self, *args, span=None, **kw):
-        raise NotAnalysable("topk selects elements by their values", span)
+    def fn_topk(self, x, k, axis=-1, span=None):
+        """topk(x, k, axis)[..., s]: the coordinate along `axis` of the s-th largest element of that line
+        of x. Its value depends on the whole line (a selection by value, like argmax), so each element's
+        term is a reduction over the line; which coordinate it picks is an uninterpreted function of the
+        element's index (`choice`), what take_along_axis reads at. Which one it picks is the numeric
+        tier's business (the float64 reference against the interpreter), not the data flow's."""
+        a = self.arr(x)
+        if not isinstance(k, int):
+            raise NotAnalysable("topk with a k that is not a constant", span)
+        ax = axis % a.ndim
+        self.fresh += 1
+        fn = z3.Function(f"ref_topk{self.fresh}", *[z3.IntSort()] * a.ndim, z3.IntSort())
+        line = self.reduce("topk", a, ax)
+        shape = a.shape[:ax] + (k,) + a.shape[ax + 1:]
 
-    def fn_take_along_axis(self, *args, span=None, **kw):
-        raise NotAnalysable("take_along_axis with computed indices", span)
+        def elem(idx):
+            return line.elem(tuple(idx[:ax]) + tuple(idx[ax + 1:]))
+
+        def choice(idx):
+            return fn(*[as_int(i) for i in idx])
+        return Arr(shape, elem, None, choice)
+
+    def fn_take_along_axis(self, x, idx, axis=None, span=None):
+        """take_along_axis(x, idx, axis)[..., s] = x[..., idx[..., s], ...]: the element at the chosen
+        coordinate, and (when the index is computed from data) everything the index depends on."""
+        a, ix = self.arr(x), self.arr(idx)
+        if axis is None or ix.ndim != a.ndim:
+            raise NotAnalysable("take_along_axis needs an axis and an index of the same rank", span)
+        ax = axis % a.ndim
+        pick = ix.choice or ix.value
+        if pick is None:
+            raise NotAnalysable("take_along_axis with indices read from data", span)
+        shape = tuple(ix.shape[d] if d == ax else a.shape[d] for d in range(a.ndim))
+
+        def elem(i):
+            j = [i[d] if d != ax else pick(tuple(i)) for d in range(a.ndim)]
+            at = a.elem(tuple(self.sub(a, tuple(j))))
+            if ix.choice is None:
+                return at
+            # a topk choice lies on its line (the function is otherwise free)
+            on_line = z3.And(j[ax] >= 0, j[ax] < as_int(a.shape[ax]))
+            return T.op("gather", ix.elem(tuple(i)), T.sel(on_line, at, T.ZERO))
+        return Arr(shape, elem)
 
     def fn_one_hot(self, idx, n, span=None):
         """one_hot(idx, n)[..., j] = (idx[...] == j): a mask when idx is computed from positions."""

@@ -109,7 +109,17 @@ P = einsum("mk,ks,kn->smn", A, slice_of_k, B)
     assert depends(env, ctx, "Y", (2, 1), "X", (1, 2))
 
 
-@pytest.mark.parametrize("ref", ["Y = topk(X, 2, axis=1)", "Y = take_along_axis(X, X, axis=1)",
+def test_topk_and_take_along_axis_depend_on_their_whole_line():
+    # a selection by value depends on every element of its row and on no other row; the gathered value too
+    env, ctx = arrays("X: f32[R, C], I: i32[R, 2], W: f32[R, 2]",
+                      "I = topk(X, 2, axis=1)\nW = softmax(take_along_axis(X, I, axis=1), axis=1)", {"R": 3, "C": 5})
+    for out in ("I", "W"):
+        assert all(depends(env, ctx, out, (1, 1), "X", (1, c)) for c in range(5))
+        assert not depends(env, ctx, out, (1, 1), "X", (0, 0)) and not depends(env, ctx, out, (1, 0), "X", (2, 4))
+        assert not depends(env, ctx, out, (1, 1), "X", (1, 5))  # past C
+
+
+@pytest.mark.parametrize("ref", ["Y = take_along_axis(X, X, axis=1)", "Y = topk(X, R, axis=1)",
                                  "Y = reshape(X, (R * C,))[None, :]"])
 def test_unanalysable_constructs_say_why(ref):
     # the contract is then unknown with this reason (footprint.py), never verified
