@@ -254,3 +254,13 @@ def nvml_energy_j() -> float | None:
         return pynvml.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0
     except Exception:
         return None
+
+
+def release_gpu_cache() -> None:
+    """After a job in a long-lived GPU child: hand torch's cached blocks (a job's big inputs) back, so
+    parallel runs on one GPU do not hold each other's memory."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()

@@ -4,6 +4,7 @@ The child sends back ("ok", value) or ("error", text) through a pipe; a child th
 answer (os.abort, a segfault, a CUDA fault taking the process down) is reported as a fault with its
 signal, and one still running at the timeout is killed (SIGKILL) and reported as a timeout.
 "fork" is cheap and used on the CPU; "spawn" is for GPU work (a CUDA context must not be forked).
+A `Worker` keeps one child for a sequence of GPU jobs and replaces it after any failure.
 With `memory_bytes` the child caps its address space (argus.limits): a MemoryError there comes back
 as status "memory"; inside the child `argus.limits.remaining_s()` tells long work its time left.
 """
@@ -103,3 +104,85 @@ def run_isolated(fn: Callable[..., Any], *args: Any, timeout_s: float = 60.0, st
     if kind == "memory":
         return ChildResult("memory", error=payload, exitcode=proc.exitcode, seconds=dt)
     return ChildResult("error", error=payload, exitcode=proc.exitcode, seconds=dt)
+
+
+def _serve(conn, after_job) -> None:
+    """A Worker's child: run jobs until the parent closes the pipe."""
+    faulthandler.disable()
+    while True:
+        try:
+            fn, args, kwargs, timeout_s = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            enter(Limits(timeout_s, None))
+            _answer(conn, ("ok", fn(*args, **kwargs)))
+        except MemoryError:
+            _answer(conn, ("memory", "the machine's"))
+        except BaseException as e:  # report everything; the parent ends this worker after an error
+            _answer(conn, ("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"))
+        if after_job is not None:
+            try:
+                after_job()
+            except Exception:
+                pass
+
+
+class Worker:
+    """One long-lived child for a sequence of jobs, for GPU work: the spawn, the imports and the CUDA
+    context (several seconds) are paid once per run instead of once per candidate. A job that errs,
+    faults or times out ends the worker (a CUDA error can leave the context unusable, and an error may
+    have left state behind), so the next job starts a fresh one; results are the same ChildResult as
+    run_isolated's. No memory cap: a CUDA context maps more address space than any cap would allow."""
+
+    def __init__(self, start_method: str = "spawn", after_job: Callable[[], None] | None = None):
+        self._ctx = mp.get_context(start_method)
+        self._after = after_job
+        self._proc = None
+        self._conn = None
+        self.started = 0  # children started (a test reads it)
+
+    def _start(self) -> None:
+        parent, child = self._ctx.Pipe(duplex=True)
+        self._proc = self._ctx.Process(target=_serve, args=(child, self._after), daemon=True)
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        self.started += 1
+
+    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float = 60.0, **kwargs: Any) -> ChildResult:
+        if self._proc is None or not self._proc.is_alive():
+            self.close()
+            self._start()
+        t0 = time.perf_counter()
+        msg, ended = None, False
+        try:
+            self._conn.send((fn, args, kwargs, timeout_s))
+            if self._conn.poll(timeout_s):
+                msg = self._conn.recv()
+        except (EOFError, OSError):
+            ended = True  # the child closed the pipe: it died
+        dt = time.perf_counter() - t0
+        if msg is None:
+            if ended:
+                self._proc.join(5)
+            code = self._proc.exitcode
+            self.close()
+            return ChildResult("fault" if ended else "timeout", exitcode=code, seconds=dt)
+        kind, payload = msg
+        if kind == "ok":
+            return ChildResult("ok", payload, seconds=dt)
+        self.close()
+        if kind == "memory":
+            return ChildResult("memory", error=payload, seconds=dt)
+        return ChildResult("error", error=payload, seconds=dt)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._proc is not None:
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(5)
+            self._proc = None

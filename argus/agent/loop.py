@@ -378,6 +378,7 @@ class Tuner:
         try:
             return self._run()
         finally:
+            self.referee.close()  # the GPU evaluation child
             self.record.close()  # the lock goes with the run
 
     def _run(self) -> TuneResult:

@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from argus.agent.backend import Backend, CompileFailed, shape_key
+from argus.agent.backend import Backend, CompileFailed, release_gpu_cache, shape_key
 from argus.agent.hardware import H200, Machine
-from argus.agent.isolate import run_isolated
+from argus.agent.isolate import Worker, run_isolated
 from argus.agent.problem import DenseInputs, Inputs, ShapeSpace
 from argus.agent.program import Candidate
 from argus.agent.shapes import Shape, hidden_shapes, scale_shapes
@@ -318,6 +318,12 @@ class Referee:
         self.start = start
         self.config = config
         self.ref_kernel = build(start)
+        # GPU evaluations share one child (spawn, imports, CUDA context once per run; see isolate.Worker)
+        self._worker = Worker(backend.start_method, release_gpu_cache) if backend.start_method == "spawn" else None
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
 
     @property
     def estimate(self) -> bool:
@@ -359,10 +365,16 @@ class Referee:
         t0 = time.perf_counter()
         checks = self.shapes_for(seed)
         gpu = self.backend.start_method != "fork"  # a CUDA context maps more address space than any cap
-        r = run_isolated(trial, self.backend, c.source, c.defines, c.kernel, self.start.source, self.start.defines,
-                         self.start.kernel, checks, [dict(s) for s in cfg.time_shapes], seed, cfg.reps,
-                         cfg.input_sets, cfg.sample_blocks, cfg.inputs, timeout_s=cfg.timeout_s,
-                         start_method=self.backend.start_method, memory_bytes=None if gpu else cfg.memory_bytes)
+        args = (trial, self.backend, c.source, c.defines, c.kernel, self.start.source, self.start.defines,
+                self.start.kernel, checks, [dict(s) for s in cfg.time_shapes], seed, cfg.reps, cfg.input_sets,
+                cfg.sample_blocks, cfg.inputs)
+        if self._worker is not None:
+            r = self._worker.run(*args, timeout_s=cfg.timeout_s)
+            if r.status == "ok" and not all(ch.get("ok") for ch in r.value.get("checks", ())):
+                self._worker.close()  # a wrong kernel may have written outside its outputs: a fresh context next
+        else:
+            r = run_isolated(*args, timeout_s=cfg.timeout_s, start_method=self.backend.start_method,
+                             memory_bytes=None if gpu else cfg.memory_bytes)
         est = self.estimate
         dt = lambda: time.perf_counter() - t0  # noqa: E731
         if r.status == "timeout":
