@@ -8,7 +8,9 @@ from tiles) and writes a new program; none swaps in a stored one. What each need
   `copy_async`s into ring buffers `buf[s]` (`s = k % S`), one `wait_async`, then the math. It becomes
   a producer warpgroup that issues TMA copies (`copy_bulk`) into the ring, each stage completed on a
   `full` mbarrier (`expect_tx` of the stage's bytes), and consumer warpgroups (as many as the block
-  had) that wait on `full`, do the math and hand the stage back on `empty`. Tile values set up before
+  had) that wait on `full`, do the math and hand the stage back on `empty`. A ring shallower than 3
+  stages is deepened (to at most 4, within 200 KB of shared memory): a one-stage ring would make the
+  producer and the consumers take turns. Tile values set up before
   the loop and everything after it move into the consumer role; scalars, allocations and assumes stay
   outside the roles. TMA needs 16-byte row pitches: the runtime re-pitches tensors the kernel only reads;
   a copied tensor the kernel also writes must have a last dim that is a multiple of 16 bytes under the
@@ -254,7 +256,31 @@ def warp_specialise(p: Program, args: dict, env: Env) -> Program:
     text = "\n".join(out) + "\n"
     if params_txt:
         text = add_param(text, "CONSUMERS", n_cons)
-    return Program(text, p.params, p.template)
+    return Program(text, {**p.params, **_deeper_ring(p, ring, k, {b for _, _, b in copy_lines})}, p.template)
+
+
+RING_SMEM = 200 * 1024  # shared memory a deepened ring may take (of 227 KB per block on sm_90)
+RING_DEPTH = 4  # the producer runs this many stages ahead at most
+
+
+def _deeper_ring(p: Program, ring: str, k, ring_bufs: set[str]) -> dict[str, int]:
+    """A producer only overlaps the math when it can run ahead: a ring param (STAGES) below 3 is raised to
+    the deepest of 3..RING_DEPTH whose buffers still fit RING_SMEM (none if even 3 does not fit)."""
+    cur = p.effective().get(ring)
+    if not isinstance(cur, int) or cur >= 3:
+        return {}
+    ring_bytes = other = 0
+    for a in _allocs(k):
+        n = DTYPE_BYTES.get(a.dtype.name, 4) if a.dtype is not None else 4
+        for d in a.shape:
+            n *= d
+        if a.name in ring_bufs:
+            ring_bytes += n
+        else:
+            other += n
+    per_stage = ring_bytes / cur
+    fits = [d for d in range(3, RING_DEPTH + 1) if other + d * per_stage <= RING_SMEM]
+    return {ring: fits[-1]} if fits else {}
 
 
 def _waited(code: str) -> list[str]:

@@ -50,6 +50,14 @@ def test_gemm_from_naive_to_persistent_warp_specialised_grouped_is_proved():
     assert out.status == "verified", out.describe()
 
 
+@pytest.mark.parametrize(("tile", "want"), [({"BM": 128, "BN": 64}, 4), ({"BM": 128, "BN": 256}, 4),
+                                            ({"BM": 256, "BN": 256}, 3), ({"BM": 256, "BN": 512}, 1)])
+def test_warp_specialising_a_one_stage_loop_deepens_its_ring_within_shared_memory(tile, want):
+    # a one-stage ring makes producer and consumers take turns: 3-4 stages where 200 KB holds them
+    c = rewrite(start("gemm_naive.arg", MMA="wgmma", BK=64, SWIZZLE=128, **tile), ("warp_specialise", {}))
+    assert c.effective_params()["STAGES"] == want
+
+
 def test_attention_warp_specialised_keeps_the_softmax_in_the_consumers():
     c = rewrite(start("flash_attention_naive.arg"), ("warp_specialise", {}))
     src = c.materialise()
