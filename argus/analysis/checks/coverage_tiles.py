@@ -5,7 +5,8 @@ b, b + G, ...), so the writers are the tile indices, not the blocks. The executo
 arbitrary tile t; its stores start at S(t) (a grouped raster: bm = group * GROUP_M + ..., divisions by
 runtime tile counts). Instead of inverting S, coverage follows from four facts, each one query:
 
-1. aligned: along every axis the schedule moves, S_i(t) is a multiple of the store's extent E_i;
+1. aligned: along every axis the schedule moves, S_i(t) is a multiple of the store's extent E_i (an
+   indexed axis, `O[b, h, ...]`, has extent 1);
 2. in the grid: 0 <= S_i(t) / E_i < n_i, with n_i = cdiv(dim_i, E_i) the tiles along the axis;
 3. counting: T = prod n_i;
 4. injective: two different tiles never start at the same place.
@@ -69,8 +70,7 @@ def prove_schedule(cov, k, ctx, out: str, st, starts: tuple, n0, span, tv) -> No
     problems = []
     for i, (x, e) in enumerate(zip(starts, st.view.extents)):
         if i in moving:
-            if e is None:
-                problems.append(f"axis {i} is indexed per tile")
+            pass  # an indexed axis (extent None) is a tile of one element along it
         elif not (isinstance(x, int) or z3.is_int_value(z3.simplify(as_int(x)))) or \
                 z3.simplify(as_int(x)).as_long() != 0 or e is None:
             problems.append(f"axis {i} is not stored whole by every tile")
@@ -80,7 +80,7 @@ def prove_schedule(cov, k, ctx, out: str, st, starts: tuple, n0, span, tv) -> No
                         "; ".join(problems))
         return
     in_loop = z3.And(tv >= 0, tv < count)
-    ext = {i: st.view.extents[i] for i in range(len(starts))}
+    ext = {i: (1 if st.view.extents[i] is None and i in moving else st.view.extents[i]) for i in range(len(starts))}
     ntiles = {i: (dims[i] + ext[i] - 1) / ext[i] for i in moving}
     full_axes = [i for i in range(len(starts)) if i not in moving]
     # a non-moving axis must be covered by the tile's extent
