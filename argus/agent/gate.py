@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 
-from argus.agent.isolate import run_isolated
+from argus.agent.isolate import run_isolated, start_isolated
 from argus.agent.program import Candidate
 from argus.agent.verify import Finding, VerifyOutcome, adapt, analysis_verifier, findings_from_diagnostics
 from argus.dsl.diagnostics import ArgusError
@@ -119,8 +119,12 @@ def _interp_counterexample(source: str, params: tuple, kernel: str | None, shape
 def interp_check(c: Candidate, shapes: list[dict[str, int]], seed: int, timeout_s: float,
                  memory_bytes: int | None, inputs=None) -> tuple[Finding, ...]:
     """`_interp_counterexample` in a child process with a time and memory limit."""
-    r = run_isolated(_interp_counterexample, c.source, c.params, c.kernel, shapes, seed, inputs, timeout_s=timeout_s,
-                     memory_bytes=memory_bytes)
+    return interp_findings(run_isolated(_interp_counterexample, c.source, c.params, c.kernel, shapes, seed, inputs,
+                                        timeout_s=timeout_s, memory_bytes=memory_bytes))
+
+
+def interp_findings(r) -> tuple[Finding, ...]:
+    """What an interpreter child's result says: its findings, or a limit / error finding."""
     if r.status == "ok":
         return r.value
     what = {"timeout": "did not finish within its time limit", "memory": r.describe(),
@@ -148,26 +152,33 @@ def check(c: Candidate, start: Interface | None, shapes: list[dict[str, int]], *
                                  time.perf_counter() - t0), k
     source = "frontend+interp"
     status, findings, notes = "unknown", (), ()
-    if verifier in ("auto", "analysis") and analysis_verifier() is not None:
-        r = run_isolated(_analysis_child, c.source, c.defines, c.kernel, timeout_s=analysis_timeout_s,
-                         memory_bytes=memory_bytes)
-        if r.status == "ok":
-            out = adapt(r.value)
-            # adapt() on a to_json() dict keeps status and findings; only violated findings matter here.
-            status = out.status
-            findings = tuple(f for f in out.findings if status != "verified")
-            if status == "unknown":
-                notes = tuple(f"{f.code}: {f.message}" for f in out.findings[:3])
-                findings = ()
-        else:
-            notes = (f"static verifier: {r.describe().splitlines()[0]}",)
-        source = "argus.analysis+interp"
-        if status == "violated":
-            return VerifyOutcome("violated", findings, "argus.analysis", time.perf_counter() - t0, notes), k
-    elif verifier == "analysis":
-        return VerifyOutcome("unknown", (), "frontend", time.perf_counter() - t0,
-                             ("argus.analysis.verify is not installed",)), k
-    bad = interp_check(c, shapes, seed, interp_timeout_s, memory_bytes, inputs)
+    # the interpreter's child runs beside the verifier's (each is its own process): a step costs the
+    # slower of the two, not their sum; a violated verdict still wins over whatever the interpreter says
+    interp = start_isolated(_interp_counterexample, c.source, c.params, c.kernel, shapes, seed, inputs,
+                            timeout_s=interp_timeout_s, memory_bytes=memory_bytes)
+    try:
+        if verifier in ("auto", "analysis") and analysis_verifier() is not None:
+            r = run_isolated(_analysis_child, c.source, c.defines, c.kernel, timeout_s=analysis_timeout_s,
+                             memory_bytes=memory_bytes)
+            if r.status == "ok":
+                out = adapt(r.value)
+                # adapt() on a to_json() dict keeps status and findings; only violated findings matter here.
+                status = out.status
+                findings = tuple(f for f in out.findings if status != "verified")
+                if status == "unknown":
+                    notes = tuple(f"{f.code}: {f.message}" for f in out.findings[:3])
+                    findings = ()
+            else:
+                notes = (f"static verifier: {r.describe().splitlines()[0]}",)
+            source = "argus.analysis+interp"
+            if status == "violated":
+                return VerifyOutcome("violated", findings, "argus.analysis", time.perf_counter() - t0, notes), k
+        elif verifier == "analysis":
+            return VerifyOutcome("unknown", (), "frontend", time.perf_counter() - t0,
+                                 ("argus.analysis.verify is not installed",)), k
+        bad = interp_findings(interp.wait())
+    finally:
+        interp.cancel()  # an early verdict leaves the interpreter's child unwanted
     if bad:
         return VerifyOutcome("violated", bad, "interp", time.perf_counter() - t0, notes), k
     label = "; ".join(" ".join(f"{d}={v}" for d, v in s.items()) for s in shapes)

@@ -70,40 +70,67 @@ def _answer(conn, msg) -> None:
 
 def run_isolated(fn: Callable[..., Any], *args: Any, timeout_s: float = 60.0, start_method: str = "fork",
                  memory_bytes: int | None = None, **kwargs: Any) -> ChildResult:
+    return start_isolated(fn, *args, timeout_s=timeout_s, start_method=start_method, memory_bytes=memory_bytes,
+                          **kwargs).wait()
+
+
+def start_isolated(fn: Callable[..., Any], *args: Any, timeout_s: float = 60.0, start_method: str = "fork",
+                   memory_bytes: int | None = None, **kwargs: Any) -> Pending:
+    """run_isolated without waiting: the child starts now, `wait()` collects it (its time limit counts
+    from now), so two children can run side by side without threads in the parent."""
     ctx = mp.get_context(start_method)
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(send, fn, args, kwargs, Limits(timeout_s, memory_bytes)), daemon=True)
     t0 = time.perf_counter()
     proc.start()
     send.close()
-    msg = None
-    try:
-        if recv.poll(timeout_s):
-            try:
-                msg = recv.recv()
-            except EOFError:
-                msg = None
-    finally:
-        recv.close()
-    if msg is None and proc.is_alive() and time.perf_counter() - t0 >= timeout_s * 0.999:
-        proc.kill()
-        proc.join(5)
-        return ChildResult("timeout", seconds=time.perf_counter() - t0, exitcode=proc.exitcode)
-    proc.join(max(1.0, timeout_s - (time.perf_counter() - t0)))
-    if proc.is_alive():
-        proc.kill()
-        proc.join(5)
-        if msg is None:
+    return Pending(proc, recv, t0, timeout_s)
+
+
+@dataclass
+class Pending:
+    proc: Any
+    recv: Any
+    t0: float
+    timeout_s: float
+
+    def cancel(self) -> None:
+        """Stop a child whose result is no longer wanted (a no-op once waited for)."""
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
+        self.recv.close()
+
+    def wait(self) -> ChildResult:
+        proc, recv, t0, timeout_s = self.proc, self.recv, self.t0, self.timeout_s
+        msg = None
+        try:
+            if recv.poll(max(0.0, timeout_s - (time.perf_counter() - t0))):
+                try:
+                    msg = recv.recv()
+                except EOFError:
+                    msg = None
+        finally:
+            recv.close()
+        if msg is None and proc.is_alive() and time.perf_counter() - t0 >= timeout_s * 0.999:
+            proc.kill()
+            proc.join(5)
             return ChildResult("timeout", seconds=time.perf_counter() - t0, exitcode=proc.exitcode)
-    dt = time.perf_counter() - t0
-    if msg is None:
-        return ChildResult("fault", exitcode=proc.exitcode, seconds=dt)
-    kind, payload = msg
-    if kind == "ok":
-        return ChildResult("ok", payload, exitcode=proc.exitcode, seconds=dt)
-    if kind == "memory":
-        return ChildResult("memory", error=payload, exitcode=proc.exitcode, seconds=dt)
-    return ChildResult("error", error=payload, exitcode=proc.exitcode, seconds=dt)
+        proc.join(max(1.0, timeout_s - (time.perf_counter() - t0)))
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+            if msg is None:
+                return ChildResult("timeout", seconds=time.perf_counter() - t0, exitcode=proc.exitcode)
+        dt = time.perf_counter() - t0
+        if msg is None:
+            return ChildResult("fault", exitcode=proc.exitcode, seconds=dt)
+        kind, payload = msg
+        if kind == "ok":
+            return ChildResult("ok", payload, exitcode=proc.exitcode, seconds=dt)
+        if kind == "memory":
+            return ChildResult("memory", error=payload, exitcode=proc.exitcode, seconds=dt)
+        return ChildResult("error", error=payload, exitcode=proc.exitcode, seconds=dt)
 
 
 def _serve(conn, after_job) -> None:
