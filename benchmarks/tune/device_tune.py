@@ -60,6 +60,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--iters", type=int, default=30, help="timed samples per kernel in the comparison")
     ap.add_argument("--store", help="learning store to read and extend (default OUT/tune-store.json)")
     ap.add_argument("--dry", action="store_true", help="no GPU: CPU cost model, tiny shapes, estimates only")
+    ap.add_argument("--verify-timeout", type=float, default=60.0,
+                    help="seconds per static-verifier run (default 60: a three-stage FlashAttention candidate "
+                    "takes 20-30 s, and at 30 s six of 13 attention candidates of the 2026-12-01 run were unknown)")
     args = ap.parse_args(argv)
     fams = [f.strip() for f in args.families.split(",") if f.strip()]
     bad = [f for f in fams if f not in FAMILIES]
@@ -76,7 +79,8 @@ def tune_command(fam: str, args: argparse.Namespace, out: Path, limit_s: float) 
     cmd = [sys.executable, "-c", "import sys; from argus.cli import main; sys.exit(main(sys.argv[1:]))", "tune",
            str(STARTS / spec["start"]), "--out", str(out / fam), "--budget", str(args.budget),
            "--time-limit", f"{limit_s:.0f}", "--seed", str(args.seed), "--store", str(args.store),
-           "--shapes", spec["dry" if args.dry else "shapes"], "--evaluator", "model" if args.dry else "gpu"]
+           "--shapes", spec["dry" if args.dry else "shapes"], "--evaluator", "model" if args.dry else "gpu",
+           "--verify-timeout", str(args.verify_timeout)]
     if spec["kernel"]:
         cmd += ["--kernel", spec["kernel"]]
     if args.dry:
