@@ -31,6 +31,8 @@ class OutputCheck:
 
     def describe(self) -> str:
         s = f"{self.name}: relative error {self.rel_error:.2e} (tolerance {self.tolerance:.0e})"
+        if self.nonfinite:  # the relative error is over the finite elements only: say what it leaves out
+            s += f", {self.nonfinite} non-finite (unwritten NaN poison, or an overflow)"
         if self.bad:
             idx, got, want = self.first_bad
             s += (f"; {self.bad} wrong element{'s' if self.bad > 1 else ''}, first "
