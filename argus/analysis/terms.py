@@ -28,41 +28,62 @@ import itertools
 from dataclasses import dataclass, field
 
 import z3
+from z3.z3core import Z3_get_bool_value, Z3_mk_and, Z3_mk_not, Z3_mk_or
 
 Bool = object  # a z3 BoolRef or a Python bool
 
 
 # ---- booleans that stay Python bools when they can ----
+def _lit(x) -> int:
+    """1 for z3 true, -1 for z3 false, 0 otherwise (one C call: z3.is_true walks the Python wrapper)."""
+    return Z3_get_bool_value(x.ctx.ref(), x.as_ast()) if isinstance(x, z3.BoolRef) else 0
+
+
 def b_and(*xs) -> Bool:
     out = []
     for x in xs:
-        if x is False or (isinstance(x, z3.BoolRef) and z3.is_false(x)):
+        if x is False or _lit(x) == -1:
             return False
-        if x is True or (isinstance(x, z3.BoolRef) and z3.is_true(x)):
+        if x is True or _lit(x) == 1:
             continue
         out.append(x)
     if not out:
         return True
-    return out[0] if len(out) == 1 else z3.And(*out)
+    return out[0] if len(out) == 1 else mk_bool(Z3_mk_and, out)
 
 
 def b_or(*xs) -> Bool:
     out = []
     for x in xs:
-        if x is True or (isinstance(x, z3.BoolRef) and z3.is_true(x)):
+        if x is True or _lit(x) == 1:
             return True
-        if x is False or (isinstance(x, z3.BoolRef) and z3.is_false(x)):
+        if x is False or _lit(x) == -1:
             continue
         out.append(x)
     if not out:
         return False
-    return out[0] if len(out) == 1 else z3.Or(*out)
+    return out[0] if len(out) == 1 else mk_bool(Z3_mk_or, out)
 
 
 def b_not(x) -> Bool:
     if isinstance(x, bool):
         return not x
+    if isinstance(x, z3.BoolRef):
+        return z3.BoolRef(Z3_mk_not(x.ctx.ref(), x.as_ast()), x.ctx)
     return z3.Not(x)
+
+
+def mk_bool(maker, xs: list) -> z3.BoolRef:
+    """z3.And / z3.Or straight through the C API: the terms build hundreds of thousands of these, and the
+    Python wrapper's argument checks cost ten times the node itself. Anything but plain BoolRefs of one
+    context (a probe, a Python bool that slipped through) takes the checked path."""
+    ctx = xs[0].ctx if isinstance(xs[0], z3.BoolRef) else None
+    if ctx is None or any(not isinstance(x, z3.BoolRef) or x.ctx is not ctx for x in xs):
+        return z3.And(*xs) if maker is Z3_mk_and else z3.Or(*xs)
+    arr = (z3.Ast * len(xs))()
+    for i, x in enumerate(xs):
+        arr[i] = x.as_ast()
+    return z3.BoolRef(maker(ctx.ref(), len(xs), arr), ctx)
 
 
 def b_if(c, a, b) -> Bool:
