@@ -21,35 +21,124 @@ def run(a: Analysis) -> dict[str, tuple]:
     order = sorted(zip(a.traces, a.contexts), key=lambda tc: -len(tc[0].records))
     # other checks' codes may carry obligations too (a ring's protocol: deadlock, async-overwrite)
     extra = sorted({o.check for tr in a.traces for o in tr.obligations} - set(CODES))
+    # one query per static site keeps the models small and the findings one per site
+    jobs = []  # (code, trace, ctx, site, group) in the order the findings are reported
     for code in CODES + extra:
-        t0 = time.perf_counter()
-        status, findings, seen = VERIFIED, [], set()
         for trace, ctx in order:
-            obs = [o for o in trace.obligations if o.check == code]
-            # one query per static site keeps the models small and the findings one per site
             by_site: dict = {}
-            for o in obs:
-                by_site.setdefault(o.span, []).append(o)
-            for site, group in by_site.items():
-                if (code, site) in seen:
-                    continue
-                st, ob, _m = check_batch(trace, group, ctx)
-                if st == VIOLATED:
-                    m = small_model(trace, _conj(ob), ctx)
-                    if ob.refine is not None and (m is None or ob.refine(m) is not None):
-                        m = _m  # the small model only satisfies the over-approximation: keep the confirmed one
-                    cx = counterexample(m, ctx, ob) if m is not None else None
-                    if cx is not None:
-                        cx.thread = _thread(a, code, ob, cx)
-                    seen.add((code, site))
-                    findings.append(Finding(code, VIOLATED, ob.message, ob.span, cx, invariant=CHECKS[code]))
-                    status = VIOLATED
-                elif st == UNKNOWN and status == VERIFIED:
-                    status = UNKNOWN
-                    findings.append(Finding(code, UNKNOWN, f"{CHECKS[code]}: the solver timed out", site,
-                                            invariant=CHECKS[code]))
-        out[code] = (status, findings, time.perf_counter() - t0)
+            for o in trace.obligations:
+                if o.check == code:
+                    by_site.setdefault(o.span, []).append(o)
+            jobs.extend((code, trace, ctx, site, group) for site, group in by_site.items())
+    verdicts = presolve([(trace, group, ctx) for _c, trace, ctx, _s, group in jobs])
+    seconds: dict[str, float] = {}
+    for code in CODES + extra:
+        out[code] = (VERIFIED, [])
+    seen = set()
+    for (code, trace, ctx, site, group), pre in zip(jobs, verdicts):
+        t0 = time.perf_counter()
+        status, findings = out[code]
+        if (code, site) in seen:
+            continue
+        if pre is not None and pre[0] != VIOLATED:
+            st, ob, _m = pre[0], None, None
+            seconds[code] = seconds.get(code, 0.0) + pre[1]
+        else:  # a violation (or no presolved verdict): solve here, for the model the finding needs
+            st, ob, _m = check_batch(trace, group, ctx)
+        if st == VIOLATED:
+            m = small_model(trace, _conj(ob), ctx)
+            if ob.refine is not None and (m is None or ob.refine(m) is not None):
+                m = _m  # the small model only satisfies the over-approximation: keep the confirmed one
+            cx = counterexample(m, ctx, ob) if m is not None else None
+            if cx is not None:
+                cx.thread = _thread(a, code, ob, cx)
+            seen.add((code, site))
+            findings.append(Finding(code, VIOLATED, ob.message, ob.span, cx, invariant=CHECKS[code]))
+            status = VIOLATED
+        elif st == UNKNOWN and status == VERIFIED:
+            status = UNKNOWN
+            findings.append(Finding(code, UNKNOWN, f"{CHECKS[code]}: the solver timed out", site,
+                                    invariant=CHECKS[code]))
+        out[code] = (status, findings)
+        seconds[code] = seconds.get(code, 0.0) + time.perf_counter() - t0
+    return {code: (st, f, seconds.get(code, 0.0)) for code, (st, f) in out.items()}
+
+
+def presolve(batches: list) -> list:
+    """Each batch's verdict (status, seconds), solved in forked children side by side when this machine
+    has more than one core and there is enough to share; None where a batch was not presolved. The
+    children only answer a status: a violation is solved again here for its model. os.fork, not
+    multiprocessing: `argus check` itself runs in a daemonic child, which multiprocessing forbids to
+    have children. ARGUS_VERIFY_JOBS=1 turns it off."""
+    import os
+    import pickle
+
+    jobs = _jobs()
+    out: list = [None] * len(batches)
+    if jobs < 2 or len(batches) < 8 or not hasattr(os, "fork"):
+        return out
+    parts = [list(range(i, len(batches), jobs)) for i in range(jobs)]
+    kids = []  # (pid, read end, part)
+    try:
+        for part in parts:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: solve, answer, leave without running the parent's cleanup
+                code = 0
+                try:
+                    os.close(r)
+                    res = []
+                    for i in part:
+                        trace, group, ctx = batches[i]
+                        t = time.perf_counter()
+                        st, _ob, _m = check_batch(trace, group, ctx)
+                        res.append((st, time.perf_counter() - t))
+                    data = pickle.dumps(res)
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(w, view):]
+                except BaseException:
+                    code = 1
+                finally:
+                    os._exit(code)
+            os.close(w)
+            kids.append((pid, r, part))
+    except OSError:
+        pass  # no more children: what was not started is solved here
+    for pid, r, part in kids:
+        chunks = []
+        try:
+            while True:
+                chunk = os.read(r, 1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        finally:
+            os.close(r)
+            os.waitpid(pid, 0)
+        try:
+            got = pickle.loads(b"".join(chunks))
+        except Exception:
+            continue  # a child that died: its batches are solved here
+        for i, v in zip(part, got):
+            out[i] = v
     return out
+
+
+def _jobs() -> int:
+    import os
+
+    want = os.environ.get("ARGUS_VERIFY_JOBS")
+    if want is not None:
+        try:
+            return max(1, int(want))
+        except ValueError:
+            return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return min(cores, 8)
 
 
 def _conj(ob):
