@@ -72,10 +72,12 @@ def presolve(batches: list) -> list:
     have children. ARGUS_VERIFY_JOBS=1 turns it off."""
     import os
     import pickle
+    import threading
 
     jobs = _jobs()
     out: list = [None] * len(batches)
-    if jobs < 2 or len(batches) < 8 or not hasattr(os, "fork"):
+    # a fork while another thread runs (a caller's own threads) could copy a lock held mid-operation
+    if jobs < 2 or len(batches) < 8 or not hasattr(os, "fork") or threading.active_count() > 1:
         return out
     parts = [list(range(i, len(batches), jobs)) for i in range(jobs)]
     kids = []  # (pid, read end, part)
