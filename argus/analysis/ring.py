@@ -5,7 +5,9 @@ same loop nest (optionally inside the same persistent tile loop); at its q-th st
 across tiles) the producer waits on `empty[q % S]` with parity `(q // S + 1) % 2`, announces the step's
 bytes with `expect_tx(full[q % S], n)` and issues bulk copies into stage `q % S` completing on
 `full[q % S]`; the consumer waits on `full[q % S]` with parity `(q // S) % 2`, reads stage `q % S` and
-releases it with `arrive(empty[q % S])`.
+releases it with `arrive(empty[q % S])`. Before and after their step loops (not inside a persistent tile
+loop) the roles may use one-shot mbarriers of their own (a TMA load of the consumer's Q tile), simulated
+as plain statements; a wait there that its own role never completes is a deadlock.
 
 For that protocol, the phase arithmetic of mbarriers gives (by induction over steps, for any number of
 stages S >= 1 and any number of steps):
@@ -105,10 +107,6 @@ def ring_plan(roles: tuple[ir.Role, ...], barriers: dict[str, ir.AllocBarrier]) 
     if (np_[1] is None) != (nc[1] is None):
         return "one role runs a persistent tile loop and the other does not"
     pstep, cstep = np_[3], nc[3]
-    for role, nest in ((prod, np_), (cons, nc)):
-        outside = [s for part in (nest[0], nest[2], nest[4], nest[5]) for s in walk(part) if isinstance(s, MBAR_OPS)]
-        if outside:
-            return f"the {role.kind} uses mbarriers outside its step loop"
     copies = [s for s in walk(pstep.body) if isinstance(s, ir.Copy) and s.mode == "bulk"]
     if not copies or any(c.barrier is None for c in copies):
         return "the producer's step issues no bulk copies completing on an mbarrier"
@@ -122,6 +120,16 @@ def ring_plan(roles: tuple[ir.Role, ...], barriers: dict[str, ir.AllocBarrier]) 
     empty = pwaits[0].barrier.name
     if empty == full or full not in barriers or empty not in barriers:
         return "the producer waits on the barrier its copies complete"
+    for role, nest in ((prod, np_), (cons, nc)):
+        # a one-shot barrier of the role's own (a TMA load of a tile it keeps, completed and waited for
+        # before the steps) is simulated with the role's plain statements; the ring's are not touched
+        outside = [s for part in (nest[0], nest[2], nest[4], nest[5]) for s in walk(part) if isinstance(s, MBAR_OPS)]
+        if any(s.barrier.name in (full, empty) for s in outside) or (outside and nest[1] is not None):
+            return f"the {role.kind} uses the ring's mbarriers outside its step loop"
+        other = cons if role is prod else prod
+        theirs = {s.barrier.name for s in walk(other.body) if isinstance(s, MBAR_OPS)}
+        if any(s.barrier.name in theirs for s in outside):
+            return f"the {role.kind} shares a one-shot mbarrier with the other role"
     S = barriers[full].n or 1
     if (barriers[empty].n or 1) != S:
         return f"'{full}' and '{empty}' have different numbers of stages"
@@ -188,6 +196,14 @@ class RingRules:
         self.agent = agent
         for s in stmts:
             for _ in self.exec_stmt(s):
+                if isinstance(s, ir.WaitBarrier):
+                    # a one-shot barrier only this role uses (ring_plan): nothing else can complete the
+                    # phase it waits for
+                    self.trace.obligations.append(Obligation(
+                        "deadlock", s.span, f"the role waits on '{s.barrier.name}' for a phase that its own "
+                        "arrivals and copies never complete, and no other role uses that barrier",
+                        z3.BoolVal(True), [], {}, {}))
+                    break
                 raise Unsupported("a role blocks outside its ring steps", s.span)
 
     def _same(self, prod, cons, e1: ir.Expr, e2: ir.Expr, what: str, span) -> object:
