@@ -5,6 +5,7 @@ from __future__ import annotations
 import z3
 
 from argus.analysis.checks.common import Analysis
+from argus.analysis.checks.obligations import presolve
 from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
 from argus.analysis.solve import check_batch, counterexample, small_model
 from argus.analysis.symbolic import as_int
@@ -16,12 +17,13 @@ CODES = ["oob-global"]
 
 def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
     status, findings, seen = VERIFIED, [], set()
+    jobs = []  # (trace, ctx, obligation, view, idx, coords, tensor)
     for trace, ctx in zip(a.traces, a.contexts):
         for n, (view, masked, kind, span, step, _threads) in enumerate(trace.global_accesses):
             # masking clips the sliced axes only: an axis indexed by a scalar must hold its index, masked
             # or not (the interpreter faults there, as the language defines it)
             checked = [e is None or not masked for e in view.extents]
-            if not any(checked) or span in seen:
+            if not any(checked):
                 continue
             t = a.kernel.tensor(view.base)
             idx = tuple(z3.Int(f"g{n}_{d}") for d in range(len(view.shape)))
@@ -34,19 +36,26 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
             what = "unmasked " if not masked else "indexed axis of a masked "
             ob = Obligation("oob-global", span, f"{what}{kind} of {view.describe()} reaches outside tensor "
                             f"'{view.base}'", out, dom, {f"element[{d}]": i for d, i in enumerate(idx)}, step)
-            st, _ob, _m = check_batch(trace, [ob], ctx)
-            if st == VIOLATED:
-                m = small_model(trace, z3.And(*dom, out), ctx)
-                cx = counterexample(m, ctx, ob)
-                el = tuple(cx.values[f"element[{d}]"] for d in range(len(idx)))
-                cx.thread = int(copy_thread(el, view.shape, view.dtype.bytes, a.kernel.threads)) if view.shape \
-                    else None
-                where = ", ".join(str(m.eval(as_int(c), model_completion=True)) for c in coords)
-                shape = ", ".join(str(cx.dims.get(d, d)) for d in t.dims)
-                cx.notes = [f"touches {view.base}[{where}] of a {t.dtype}[{shape}] tensor"]
-                findings.append(Finding("oob-global", VIOLATED, ob.message, span, cx, invariant=CHECKS["oob-global"]))
-                status = VIOLATED
-                seen.add(span)
-            elif st == UNKNOWN and status == VERIFIED:
-                status = UNKNOWN
+            jobs.append((trace, ctx, ob, view, idx, coords, t))
+    # the accesses of every path solved side by side where there are cores for it (obligations.presolve)
+    pre = presolve([(trace, [ob], ctx) for trace, ctx, ob, *_ in jobs])
+    for (trace, ctx, ob, view, idx, coords, t), got in zip(jobs, pre):
+        span = ob.span
+        if span in seen:
+            continue
+        st = got[0] if got is not None and got[0] != VIOLATED else check_batch(trace, [ob], ctx)[0]
+        if st == VIOLATED:
+            m = small_model(trace, z3.And(*ob.domain, ob.bad), ctx)
+            cx = counterexample(m, ctx, ob)
+            el = tuple(cx.values[f"element[{d}]"] for d in range(len(idx)))
+            cx.thread = int(copy_thread(el, view.shape, view.dtype.bytes, a.kernel.threads)) if view.shape \
+                else None
+            where = ", ".join(str(m.eval(as_int(c), model_completion=True)) for c in coords)
+            shape = ", ".join(str(cx.dims.get(d, d)) for d in t.dims)
+            cx.notes = [f"touches {view.base}[{where}] of a {t.dtype}[{shape}] tensor"]
+            findings.append(Finding("oob-global", VIOLATED, ob.message, span, cx, invariant=CHECKS["oob-global"]))
+            status = VIOLATED
+            seen.add(span)
+        elif st == UNKNOWN and status == VERIFIED:
+            status = UNKNOWN
     return {"oob-global": (status, findings)}
