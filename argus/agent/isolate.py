@@ -125,12 +125,17 @@ class Pending:
         dt = time.perf_counter() - t0
         if msg is None:
             return ChildResult("fault", exitcode=proc.exitcode, seconds=dt)
-        kind, payload = msg
-        if kind == "ok":
-            return ChildResult("ok", payload, exitcode=proc.exitcode, seconds=dt)
-        if kind == "memory":
-            return ChildResult("memory", error=payload, exitcode=proc.exitcode, seconds=dt)
-        return ChildResult("error", error=payload, exitcode=proc.exitcode, seconds=dt)
+        return _result(msg, dt, proc.exitcode)
+
+
+def _result(msg, seconds: float, exitcode: int | None = None) -> ChildResult:
+    """A child's answer ("ok" | "memory" | "error", payload) as a ChildResult."""
+    kind, payload = msg
+    if kind == "ok":
+        return ChildResult("ok", payload, exitcode=exitcode, seconds=seconds)
+    if kind == "memory":
+        return ChildResult("memory", error=payload, exitcode=exitcode, seconds=seconds)
+    return ChildResult("error", error=payload, exitcode=exitcode, seconds=seconds)
 
 
 def _serve(conn, after_job) -> None:
@@ -196,13 +201,9 @@ class Worker:
             code = self._proc.exitcode
             self.close()
             return ChildResult("fault" if ended else "timeout", exitcode=code, seconds=dt)
-        kind, payload = msg
-        if kind == "ok":
-            return ChildResult("ok", payload, seconds=dt)
-        self.close()
-        if kind == "memory":
-            return ChildResult("memory", error=payload, seconds=dt)
-        return ChildResult("error", error=payload, seconds=dt)
+        if msg[0] != "ok":
+            self.close()  # after an error the child's state (a CUDA context) is not trusted
+        return _result(msg, dt)
 
     def close(self) -> None:
         if self._conn is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import z3
 
 from argus.analysis.findings import UNKNOWN, VERIFIED, VIOLATED, Counterexample
@@ -75,6 +77,85 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
                 return VIOLATED, ob, s.model()
         status = UNKNOWN
     return status, None, None
+
+
+def presolve(batches: list) -> list:
+    """Each batch's verdict (status, seconds), solved in forked children side by side when this machine
+    has more than one core and there is enough to share; None where a batch was not presolved. The
+    children only answer a status: a violation is solved again here for its model. os.fork, not
+    multiprocessing: `argus check` itself runs in a daemonic child, which multiprocessing forbids to
+    have children. ARGUS_VERIFY_JOBS=1 turns it off."""
+    import os
+    import pickle
+    import threading
+
+    jobs = _jobs()
+    out: list = [None] * len(batches)
+    # a fork while another thread runs (a caller's own threads) could copy a lock held mid-operation
+    if jobs < 2 or len(batches) < 8 or not hasattr(os, "fork") or threading.active_count() > 1:
+        return out
+    parts = [list(range(i, len(batches), jobs)) for i in range(jobs)]
+    kids = []  # (pid, read end, part)
+    try:
+        for part in parts:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: solve, answer, leave without running the parent's cleanup
+                code = 0
+                try:
+                    os.close(r)
+                    res = []
+                    for i in part:
+                        trace, group, ctx = batches[i]
+                        t = time.perf_counter()
+                        st, _ob, _m = check_batch(trace, group, ctx)
+                        res.append((st, time.perf_counter() - t))
+                    data = pickle.dumps(res)
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(w, view):]
+                except BaseException:
+                    code = 1
+                finally:
+                    os._exit(code)
+            os.close(w)
+            kids.append((pid, r, part))
+    except OSError:
+        pass  # no more children: what was not started is solved here
+    for pid, r, part in kids:
+        chunks = []
+        try:
+            while True:
+                chunk = os.read(r, 1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        finally:
+            os.close(r)
+            os.waitpid(pid, 0)
+        try:
+            got = pickle.loads(b"".join(chunks))
+        except Exception:
+            continue  # a child that died: its batches are solved here
+        for i, v in zip(part, got):
+            out[i] = v
+    return out
+
+
+def _jobs() -> int:
+    import os
+
+    want = os.environ.get("ARGUS_VERIFY_JOBS")
+    if want is not None:
+        try:
+            return max(1, int(want))
+        except ValueError:
+            return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return min(cores, 8)
 
 
 def small_model(trace: Trace, formula, ctx: Context, timeout_ms: int = 8000) -> z3.ModelRef | None:

@@ -1,4 +1,4 @@
-"""Obligations solved in forked children side by side (checks/obligations.presolve) give the verdicts and
+"""Obligations solved in forked children side by side (argus.analysis.solve.presolve) give the verdicts and
 findings the sequential run gives: violated checks with their counterexample, verified ones verified."""
 
 from __future__ import annotations

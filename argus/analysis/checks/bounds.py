@@ -5,9 +5,8 @@ from __future__ import annotations
 import z3
 
 from argus.analysis.checks.common import Analysis
-from argus.analysis.checks.obligations import presolve
 from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
-from argus.analysis.solve import check_batch, counterexample, small_model
+from argus.analysis.solve import check_batch, counterexample, presolve, small_model
 from argus.analysis.symbolic import as_int
 from argus.analysis.trace import Obligation
 from argus.ir.threads import copy_thread
@@ -37,7 +36,7 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
             ob = Obligation("oob-global", span, f"{what}{kind} of {view.describe()} reaches outside tensor "
                             f"'{view.base}'", out, dom, {f"element[{d}]": i for d, i in enumerate(idx)}, step)
             jobs.append((trace, ctx, ob, view, idx, coords, t))
-    # the accesses of every path solved side by side where there are cores for it (obligations.presolve)
+    # the accesses of every path solved side by side where there are cores for it (solve.presolve)
     pre = presolve([(trace, [ob], ctx) for trace, ctx, ob, *_ in jobs])
     for (trace, ctx, ob, view, idx, coords, t), got in zip(jobs, pre):
         span = ob.span

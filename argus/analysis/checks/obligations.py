@@ -6,7 +6,7 @@ import time
 
 from argus.analysis.checks.common import Analysis, owner_of_accumulator
 from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
-from argus.analysis.solve import check_batch, counterexample, small_model
+from argus.analysis.solve import check_batch, counterexample, presolve, small_model
 from argus.ir.threads import copy_thread
 
 CODES = ["mma-contraction", "mma-accumulator", "store-coordinates", "accumulation-coverage", "reference-footprint",
@@ -62,85 +62,6 @@ def run(a: Analysis) -> dict[str, tuple]:
         out[code] = (status, findings)
         seconds[code] = seconds.get(code, 0.0) + time.perf_counter() - t0
     return {code: (st, f, seconds.get(code, 0.0)) for code, (st, f) in out.items()}
-
-
-def presolve(batches: list) -> list:
-    """Each batch's verdict (status, seconds), solved in forked children side by side when this machine
-    has more than one core and there is enough to share; None where a batch was not presolved. The
-    children only answer a status: a violation is solved again here for its model. os.fork, not
-    multiprocessing: `argus check` itself runs in a daemonic child, which multiprocessing forbids to
-    have children. ARGUS_VERIFY_JOBS=1 turns it off."""
-    import os
-    import pickle
-    import threading
-
-    jobs = _jobs()
-    out: list = [None] * len(batches)
-    # a fork while another thread runs (a caller's own threads) could copy a lock held mid-operation
-    if jobs < 2 or len(batches) < 8 or not hasattr(os, "fork") or threading.active_count() > 1:
-        return out
-    parts = [list(range(i, len(batches), jobs)) for i in range(jobs)]
-    kids = []  # (pid, read end, part)
-    try:
-        for part in parts:
-            r, w = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # the child: solve, answer, leave without running the parent's cleanup
-                code = 0
-                try:
-                    os.close(r)
-                    res = []
-                    for i in part:
-                        trace, group, ctx = batches[i]
-                        t = time.perf_counter()
-                        st, _ob, _m = check_batch(trace, group, ctx)
-                        res.append((st, time.perf_counter() - t))
-                    data = pickle.dumps(res)
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(w, view):]
-                except BaseException:
-                    code = 1
-                finally:
-                    os._exit(code)
-            os.close(w)
-            kids.append((pid, r, part))
-    except OSError:
-        pass  # no more children: what was not started is solved here
-    for pid, r, part in kids:
-        chunks = []
-        try:
-            while True:
-                chunk = os.read(r, 1 << 16)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-        finally:
-            os.close(r)
-            os.waitpid(pid, 0)
-        try:
-            got = pickle.loads(b"".join(chunks))
-        except Exception:
-            continue  # a child that died: its batches are solved here
-        for i, v in zip(part, got):
-            out[i] = v
-    return out
-
-
-def _jobs() -> int:
-    import os
-
-    want = os.environ.get("ARGUS_VERIFY_JOBS")
-    if want is not None:
-        try:
-            return max(1, int(want))
-        except ValueError:
-            return 1
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return min(cores, 8)
 
 
 def _conj(ob):
