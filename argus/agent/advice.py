@@ -157,6 +157,10 @@ def diagnose(kernel: ir.Kernel, ev: Evaluation, kb: KnowledgeBase, kind: str = "
         what = f"{spill} B of spill stores" if spill else f"~{spill_est:.0%} of live registers spill (est.)"
         add("register-spill", f"register spills: {what}; the {s.m}x{s.n} fp32 accumulator is too large "
             "for the threads holding it" if s else what, 0.5)
+        if f.warp_specialised and s is not None and f.consumer_warpgroups < 4:
+            # the fix that keeps the tile (and its operand reuse): spread the accumulator over more consumers
+            add("single-warpgroup", f"{f.consumer_warpgroups} consumer warpgroup(s) hold the whole {s.m}x{s.n} "
+                "accumulator; more consumer warpgroups split it without shrinking the tile", 0.5)
     elif regs and regs >= 0.9 * cap:
         add("register-pressure", f"{regs} registers per thread against a cap of {cap}", 0.1)
     bps = res.get("blocks_per_sm_est") or report.get("blocks_per_sm_est")
@@ -180,6 +184,9 @@ def diagnose(kernel: ir.Kernel, ev: Evaluation, kb: KnowledgeBase, kind: str = "
             # measured on the H200 (2026-12-01): FlashAttention BQ 64 -> 128 at 2 stages 356 -> 436 TFLOP/s
             add("small-tile", f"a {s.m}-row tile: every operand tile copied into shared memory serves only {s.m} "
                 "rows (one warpgroup's slab); 128+ rows over more warpgroups halve the copies per FLOP", 0.2)
+        elif s.m * s.n < 128 * 128:
+            add("small-tile", f"a {s.m}x{s.n} output tile reuses operands little: each k-step's copies feed "
+                "few FLOPs", 0.2)
     elif s is not None and s.m * s.n < 128 * 128:
         add("small-tile", f"a {s.m}x{s.n} output tile reuses operands little", 0.2)
     m_dim = dims.get("M")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 
@@ -149,3 +150,23 @@ def test_cost_model_agrees_with_the_device_on_the_examples(file, params, measure
     big = {"M": 8192, "N": 8192, "K": 8192}
     est = _tflops(Candidate.make((GEMM.parent / file).read_text(), params), big)
     assert abs(est / measured - 1) < 0.1, (est, measured)
+
+
+def test_advice_for_a_warp_specialised_kernel_with_small_tiles_or_one_spilling_consumer():
+    """WS kernels get the tile and consumer-count advice too (not only the pipelined ones)."""
+    kb = kbmod.load()
+    c = _cand(NAIVE)
+    env = Env(path=None)
+    ws = apply_edits(c, parse_edits([{"op": "rewrite", "name": "mma_instr", "args": {"instr": "wgmma"}},
+                                     {"op": "rewrite", "name": "warp_specialise", "args": {}},
+                                     {"op": "rewrite", "name": "tile", "args": {"BM": 64, "BN": 128}}]), env)
+    k = build(ws)
+    by = {d.signal: d for d in diagnose(k, _evaluation(k, ws), kb, "gemm")}
+    assert "tile-shape" in by["small-tile"].techniques and "64x128" in by["small-tile"].text
+    big = apply_edits(ws, parse_edits([{"op": "rewrite", "name": "tile", "args": {"BM": 128, "BN": 256}}]), env)
+    k = build(big)
+    ev = _evaluation(k, big)
+    ev = dataclasses.replace(ev, compile={**ev.compile, "spill_store_bytes": 512})
+    by = {d.signal: d for d in diagnose(k, ev, kb, "gemm")}
+    assert "register-spill" in by and "warp-specialization" in by["single-warpgroup"].techniques
+    assert "more consumer warpgroups" in by["single-warpgroup"].text
