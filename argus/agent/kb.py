@@ -29,6 +29,12 @@ class Action:
     technique: str
     name: str
     edits: tuple[Edit, ...]
+    # the diagnoses this action answers, when narrower than its technique's (a tile technique's "BN /2"
+    # answers spills, not a small tile); None: every signal of the technique
+    signals: tuple[str, ...] | None = None
+
+    def answers(self, signal: str, techniques: tuple[str, ...]) -> bool:
+        return signal in self.signals if self.signals is not None else self.technique in techniques
 
     @property
     def id(self) -> str:
@@ -99,7 +105,11 @@ def _technique(d: dict[str, Any]) -> Technique:
     actions = []
     for a in d["actions"]:
         try:
-            actions.append(Action(d["id"], a["name"], parse_edits(a["edits"])))
+            sig = tuple(a["signals"]) if "signals" in a else None
+            if sig is not None and not set(sig) <= set(d["signals"]):
+                extra = sorted(set(sig) - set(d["signals"]))
+                raise KnowledgeError(f"entry {d['id']}: action {a['name']}: signals {extra} are not the technique's")
+            actions.append(Action(d["id"], a["name"], parse_edits(a["edits"]), sig))
         except (KeyError, ValueError) as e:
             raise KnowledgeError(f"entry {d['id']}: action {a.get('name', '?')}: {e}") from e
     return Technique(d["id"], d["title"], d["changes"], tuple(d["preconditions"]), tuple(d["signals"]),

@@ -170,3 +170,16 @@ def test_advice_for_a_warp_specialised_kernel_with_small_tiles_or_one_spilling_c
     by = {d.signal: d for d in diagnose(k, ev, kb, "gemm")}
     assert "register-spill" in by and "warp-specialization" in by["single-warpgroup"].techniques
     assert "more consumer warpgroups" in by["single-warpgroup"].text
+
+
+def test_an_action_answers_only_the_diagnoses_it_fixes():
+    """A small tile suggests growing it, a spill shrinking it: one technique, opposite actions."""
+    acts = {a.id: a for a in kbmod.load().actions("moe")}
+    grow, shrink = acts["tile-shape:BN x2"], acts["tile-shape:BN /2"]
+    assert grow.answers("small-tile", ("tile-shape",)) and not shrink.answers("small-tile", ("tile-shape",))
+    assert shrink.answers("register-spill", ("tile-shape",)) and not grow.answers("register-spill", ("tile-shape",))
+    both = acts["warp-specialization:BM x2 over twice the consumer warpgroups"]
+    assert both.answers("small-tile", ()) and both.answers("single-warpgroup", ())
+    # an action without its own list answers every signal of its technique
+    plain = acts["wgmma:wgmma"]
+    assert plain.signals is None and plain.answers("mma-sync-on-hopper", ("wgmma",))

@@ -120,7 +120,7 @@ class BuiltinPlanner:
         prior = 0.02
         why = []
         for d in node.diagnosis:
-            if a.technique in d.get("techniques", ()):
+            if a.answers(d.get("signal", ""), tuple(d.get("techniques", ()))):
                 prior += float(d.get("weight", 0.0))
                 why.append(d.get("signal", "?"))
         ds, ts = deltas.get(a.id, []), tdeltas.get(a.technique, [])
