@@ -28,8 +28,8 @@ SIGNALS = (
     "roofline", "near-peak", "mma-sync-on-hopper", "smem-bound", "bank-conflicts", "l2-bound", "hbm-bound",
     "poor-l2-reuse", "latency-exposed", "single-stage", "copy-issue-overhead", "barrier-bound", "low-occupancy",
     "register-spill", "register-pressure", "wave-quantization", "epilogue-exposed", "launch-bound",
-    "single-warpgroup", "small-m", "small-tile", "smem-over-limit", "precision", "attention-softmax",
-    "moe-routing",
+    "single-warpgroup", "small-m", "small-tile", "narrow-tile", "short-tile", "smem-over-limit", "precision",
+    "attention-softmax", "moe-routing",
 )
 
 
@@ -179,16 +179,15 @@ def diagnose(kernel: ir.Kernel, ev: Evaluation, kb: KnowledgeBase, kind: str = "
             add("single-warpgroup", "one MMA warpgroup per SM: wgmma issue stalls while it waits on its own "
                 "results", 0.15)
         if s.n / s.warps_n < 64:
-            add("small-tile", f"each warpgroup's wgmma covers only n={s.n // s.warps_n}", 0.15)
+            add("narrow-tile", f"each warpgroup's wgmma covers only n={s.n // s.warps_n}", 0.15)
         elif s.m < 128 and not f.warp_specialised:
             # measured on the H200 (2026-12-01): FlashAttention BQ 64 -> 128 at 2 stages 356 -> 436 TFLOP/s
-            add("small-tile", f"a {s.m}-row tile: every operand tile copied into shared memory serves only {s.m} "
+            add("short-tile", f"a {s.m}-row tile: every operand tile copied into shared memory serves only {s.m} "
                 "rows (one warpgroup's slab); 128+ rows over more warpgroups halve the copies per FLOP", 0.2)
         elif s.m * s.n < 128 * 128:
-            add("small-tile", f"a {s.m}x{s.n} output tile reuses operands little: each k-step's copies feed "
-                "few FLOPs", 0.2)
+            _small_tile(add, s.m, s.n)
     elif s is not None and s.m * s.n < 128 * 128:
-        add("small-tile", f"a {s.m}x{s.n} output tile reuses operands little", 0.2)
+        _small_tile(add, s.m, s.n)
     m_dim = dims.get("M")
     if m_dim is not None and m_dim < 256:
         add("small-m", f"M={m_dim}: only {math.ceil(m_dim / max(1, s.m if s else 128))} tile row(s)", 0.5)
@@ -204,6 +203,14 @@ def diagnose(kernel: ir.Kernel, ev: Evaluation, kb: KnowledgeBase, kind: str = "
     for d in out:
         uniq.setdefault(d.signal, d)
     return sorted(uniq.values(), key=lambda d: (d.signal != "roofline", -d.weight, order[d.signal]))
+
+
+def _small_tile(add, m: int, n: int) -> None:
+    """An output tile under 128x128: operands copied per k-step feed m*n/(m+n) FLOPs per byte, which
+    grows fastest by doubling the shorter side (narrow: N, short: M; square: either)."""
+    signal = "narrow-tile" if n < m else "short-tile" if m < n else "small-tile"
+    side = {"narrow-tile": "; widen N first", "short-tile": "; grow M first", "small-tile": ""}[signal]
+    add(signal, f"a {m}x{n} output tile reuses operands little: each k-step's copies feed few FLOPs{side}", 0.2)
 
 
 def _shape(t: ir.TensorDecl, dims: dict[str, int]) -> tuple[int, ...]:

@@ -162,7 +162,10 @@ def test_advice_for_a_warp_specialised_kernel_with_small_tiles_or_one_spilling_c
                                      {"op": "rewrite", "name": "tile", "args": {"BM": 64, "BN": 128}}]), env)
     k = build(ws)
     by = {d.signal: d for d in diagnose(k, _evaluation(k, ws), kb, "gemm")}
-    assert "tile-shape" in by["small-tile"].techniques and "64x128" in by["small-tile"].text
+    # 64x128: the shorter side is M, so the advice answers with the actions that grow M
+    assert "tile-shape" in by["short-tile"].techniques and "64x128" in by["short-tile"].text
+    acts = {a.id: a for a in kb.actions("gemm")}
+    assert acts["tile-shape:BM x2"].answers("short-tile", ()) and not acts["tile-shape:BN x2"].answers("short-tile", ())
     big = apply_edits(ws, parse_edits([{"op": "rewrite", "name": "tile", "args": {"BM": 128, "BN": 256}}]), env)
     k = build(big)
     ev = _evaluation(k, big)
