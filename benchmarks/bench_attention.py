@@ -48,11 +48,14 @@ class Variant:
     title: str
     params: dict = field(default_factory=dict)  # besides HD and CAUSAL, which each config sets
     codegen: dict = field(default_factory=dict)  # code generator options (argus.codegen.compile.build)
+    file: str = FA_FILE
 
 
 VARIANTS = [
     Variant("default", "flash_attention.arg defaults: BQ=256 (4 warpgroups) for D=128 and 128 (2) for D=64, "
             "BKV=64 (D=128) / 128 (D=64), 2 stages, wgmma"),
+    Variant("ws", "flash_attention_ws.arg: TMA producer warpgroup, 2 consumer warpgroups (BQ=128), 4-stage K/V "
+            "ring, BKV=64 (D=128) / 128 (D=64); derived by argus tune", file="examples/flash_attention_ws.arg"),
     Variant("bq128", "BQ=128 (2 warpgroups, two blocks per SM; the D=128 default before 2026-11-30)", {"BQ": 128}),
     Variant("mask-all", "every kv block masked per element (uniform_select=False), causal blocks in launch order",
             {"HEAVY_FIRST": False}, {"uniform_select": False}),
@@ -64,21 +67,21 @@ VARIANTS = [
 ]
 
 
-def _build(params: dict, codegen: dict):
+def _build(params: dict, codegen: dict, file: str = FA_FILE):
     import argus
     from argus.codegen.compile import build
     from argus.codegen.nvrtc import detect_arch
 
-    return build(argus.load(ROOT / FA_FILE, **params).lower(), arch=detect_arch(0), **codegen)
+    return build(argus.load(ROOT / file, **params).lower(), arch=detect_arch(0), **codegen)
 
 
 def _load(v: Variant, hd: int, causal: bool, group: int = 1):
     from argus.runtime.launch import GpuKernel
 
-    return GpuKernel(_build({**v.params, "HD": hd, "CAUSAL": causal, "GROUP": group}, v.codegen), 0)
+    return GpuKernel(_build({**v.params, "HD": hd, "CAUSAL": causal, "GROUP": group}, v.codegen, v.file), 0)
 
 
-def _warm(job: tuple[dict, dict]) -> str:
+def _warm(job: tuple[dict, dict, str]) -> str:
     b = _build(*job)
     return "; ".join(r.summary() for r in b.resources.values())
 
@@ -88,9 +91,9 @@ def prebuild(variants: list[Variant], configs) -> None:
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    jobs = {(v.key, hd, causal, group): ({**v.params, "HD": hd, "CAUSAL": causal, "GROUP": group}, v.codegen)
+    jobs = {(v.key, hd, causal, group): ({**v.params, "HD": hd, "CAUSAL": causal, "GROUP": group}, v.codegen, v.file)
             for v in variants for hd, causal, group, *_ in CHECKS}
-    jobs.update({(v.key, d, c, 1): ({**v.params, "HD": d, "CAUSAL": c, "GROUP": 1}, v.codegen)
+    jobs.update({(v.key, d, c, 1): ({**v.params, "HD": d, "CAUSAL": c, "GROUP": 1}, v.codegen, v.file)
                  for v in variants for _, d, c in configs})
     t0 = time.time()
     with cf.ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4), mp_context=mp.get_context("spawn")) as pool:
@@ -167,7 +170,8 @@ def run(variants: list[Variant], configs, iters: int) -> dict:
     out = {"env": env, "variants": {}, "rows": []}
     kernels = {}
     for v in variants:
-        out["variants"][v.key] = {"title": v.title, "params": {**v.params, **v.codegen}, "resources": {}}
+        out["variants"][v.key] = {"title": v.title, "params": {**v.params, **v.codegen}, "resources": {},
+                                  "file": v.file}
         for hd in sorted({d for _, d, _ in configs}):
             for causal in sorted({c for _, _, c in configs}):
                 t0 = time.time()
@@ -269,7 +273,7 @@ def markdown(res: dict, iters: int) -> str:
         "",
     ]
     for key, v in res["variants"].items():
-        lines += [f"## {v['title']}", "", f"`{FA_FILE}` {v['params'] or ''}  "]
+        lines += [f"## {v['title']}", "", f"`{v.get('file', FA_FILE)}` {v['params'] or ''}  "]
         lines += [f"ptxas {cfg}: {r}  " for cfg, r in v["resources"].items()]
         lines += ["", "| S | D | causal | Argus TFLOP/s | cuDNN TFLOP/s | flash TFLOP/s | vs cuDNN | vs flash | "
                   "rel. error | LSE rel. error | correct |",

@@ -4,7 +4,8 @@ Each case draws fresh random inputs (argus.interp.run.make_arrays: normal values
 O with NaN, launches once and compares with the kernel's `reference:` block evaluated in float64 (the
 interpreter's criterion, argus.runtime.bench.check_on_gpu). Cases cover head dims 64 and 128, causal
 and not, GROUP 1 and 4 (grouped-query attention), sequence lengths that are not tile multiples, SQ !=
-SKV both ways, and the mma.sync variant. Marked `gpu`: skipped without a GPU.
+SKV both ways, the mma.sync variant, and examples/flash_attention_ws.arg (TMA producer warpgroup).
+Marked `gpu`: skipped without a GPU.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tests.conftest import EXAMPLES  # noqa: E402
 from tests.runtime.test_driver_gpu import ARCH, gpu  # noqa: E402
 
 FA = EXAMPLES / "flash_attention.arg"
+WS = "flash_attention_ws.arg"  # a case whose params carry FILE=WS builds that example instead
 
 # (params, (B, HKV, SQ, SKV))
 CASES = [
@@ -35,13 +37,19 @@ CASES = [
     ({"HD": 64, "BQ": 192, "WARPGROUPS": 3, "CAUSAL": True}, (1, 2, 400, 333)),
     ({"HD": 64, "MMA": "mma.sync"}, (1, 2, 200, 333)),
     ({"HD": 128, "MMA": "mma.sync", "CAUSAL": True, "GROUP": 4}, (1, 1, 200, 333)),
+    ({"FILE": WS, "HD": 128}, (2, 3, 256, 256)),
+    ({"FILE": WS, "HD": 128, "CAUSAL": True, "GROUP": 4}, (2, 1, 129, 1000)),
+    ({"FILE": WS, "HD": 64, "CAUSAL": True}, (1, 2, 333, 517)),
+    ({"FILE": WS, "HD": 64, "GROUP": 4, "CAUSAL": True}, (1, 1, 333, 200)),
 ]
 
 
 def _build(params: dict):
     from argus.codegen.compile import build
 
-    return build(build_file(FA, params), arch=ARCH)
+    params = dict(params)
+    path = EXAMPLES / params.pop("FILE") if "FILE" in params else FA
+    return build(build_file(path, params), arch=ARCH)
 
 
 @pytest.fixture(scope="module", autouse=True)
