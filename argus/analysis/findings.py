@@ -72,6 +72,9 @@ class Finding:
     counterexample: Counterexample | None = None
     replay: Replay | None = None
     invariant: str = ""
+    # a model of an approximate query (e.g. coverage with guessed witness blocks): a violation only if
+    # the interpreter reproduces it, else unknown (argus.analysis.verify settles it after the replay)
+    claim: bool = False
 
     def to_json(self) -> dict:
         return {"check": self.check, "status": self.status, "message": self.message,

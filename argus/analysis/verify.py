@@ -122,6 +122,7 @@ def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_re
             for f in r.findings:
                 if f.status == VIOLATED:
                     f.replay = replay(kernel, defines, f, contexts=contexts)
+    settle_claims(results)
     notes = a.notes + ([f"{len(traces)} path(s) explored"] if blocked is None or traces else [])
     tested = None
     if test:
@@ -129,3 +130,16 @@ def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_re
         tested = numeric_tier(kernel, defines, contexts)
         notes.append(f"numeric tier: {time.perf_counter() - t:.2f} s")
     return Report(kernel.name, kernel.path, results, notes + [f"symbolic execution: {explore_s:.2f} s"], tested)
+
+
+def settle_claims(results: list[CheckResult]) -> None:
+    """A claim (a model of an approximate query) stands only when the interpreter reproduced it; otherwise
+    nothing is proved either way and the finding, and its check if nothing else is violated, is unknown."""
+    for r in results:
+        for f in r.findings:
+            if f.claim and f.status == VIOLATED and not (f.replay and f.replay.confirmed):
+                f.status = UNKNOWN
+                f.message = (f"not proved: {f.message}? (a model of an approximate query that the interpreter "
+                             "did not reproduce)")
+        if r.status == VIOLATED and not any(f.status == VIOLATED for f in r.findings):
+            r.status = UNKNOWN

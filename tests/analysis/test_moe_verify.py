@@ -40,3 +40,33 @@ def test_cli_checks_every_kernel_of_the_file(capsys):
         assert f"kernel '{name}': verified" in out
     assert "layer 'moe' ok" in out and "ground truth of Out" in out
     assert code == 0
+
+
+def test_a_remapped_block_index_makes_the_coverage_witnesses_a_guess():
+    """tile_row[t] with t = block_id(0) names the writing block exactly; t = f(block) (a grouped
+    raster) does not, so a model of the 'unwritten' query is only a claim for replay to settle."""
+    import z3
+
+    from argus.analysis.checks.coverage_data import _direct_index
+
+    f = z3.Function("tile_row", z3.IntSort(), z3.IntSort())
+    b = z3.Int("b0")
+    assert _direct_index(f(b) + 3, "b0", {"tile_row"})
+    assert _direct_index(f(b) * 64 + f(f(b)), "b0", {"tile_row"})
+    assert not _direct_index(f(b / 4 + b % 2), "b0", {"tile_row"})
+    assert not _direct_index(f(b) + b, "b0", {"tile_row"})
+
+
+def test_an_unreproduced_claim_is_unknown_and_a_reproduced_one_violated():
+    from argus.analysis.findings import UNKNOWN, VIOLATED, CheckResult, Finding, Replay
+    from argus.analysis.verify import settle_claims
+
+    def result(claim: bool, confirmed: bool | None) -> CheckResult:
+        f = Finding("output-unwritten", VIOLATED, "output 'Hs' has elements no block writes", None, claim=claim,
+                    replay=None if confirmed is None else Replay(confirmed, ""))
+        return CheckResult("output-unwritten", VIOLATED, 0.0, [f])
+
+    rs = [result(True, False), result(True, None), result(True, True), result(False, False)]
+    settle_claims(rs)
+    assert [r.status for r in rs] == [UNKNOWN, UNKNOWN, VIOLATED, VIOLATED]
+    assert rs[0].findings[0].message.startswith("not proved: output 'Hs'")
