@@ -438,8 +438,10 @@ class Emitter(Expressions):
         cap = min(255, 65536 // self.k.threads // 8 * 8)  # registers per thread under __launch_bounds__(T, 1)
         budget = sum(r.warpgroups * 128 * (r.registers or cap) for r in roles)
         if any(r.registers is not None for r in roles) and budget > 65536:
-            raise error("codegen", f"the roles' registers= ask for {budget} registers; a multiprocessor has 65536",
-                        roles[0].span)
+            split = ", ".join(f"{r.kind}: {r.warpgroups} warpgroup(s) x {r.registers or cap}" for r in roles)
+            raise error("codegen", f"the roles' registers= ask for {budget} registers ({split}); a multiprocessor "
+                        "has 65536", roles[0].span, "lower registers= so that the roles' sum fits 65536 / 128 per "
+                        "warpgroup, or use fewer warpgroups")
         # setmaxnreg only when a role asks for more than the cap every thread gets at entry
         redistribute = any((r.registers or 0) > cap for r in roles)
         self.at(roles[0].span)

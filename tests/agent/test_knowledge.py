@@ -186,3 +186,14 @@ def test_an_action_answers_only_the_diagnoses_it_fixes():
     # an action without its own list answers every signal of its technique
     plain = acts["wgmma:wgmma"]
     assert plain.signals is None and plain.answers("mma-sync-on-hopper", ("wgmma",))
+
+
+def test_a_register_budget_past_the_sm_is_repaired_by_rebalancing_the_roles():
+    from argus.agent.planners.builtin import _fixes_for
+
+    msg = ("x.arg:35:5: error: the roles' registers= ask for 123904 registers (producer: 1 warpgroup(s) x 40, "
+           "consumer: 4 warpgroup(s) x 232); a multiprocessor has 65536 [codegen]")
+    fixes = dict(_fixes_for(msg, {}))
+    (edits,) = [e for name, e in fixes.items() if name.startswith("registers")]
+    assert edits[0].name == "role_registers" and edits[0].args == {"producer": 24, "consumer": 120}
+    assert 128 * (24 + 4 * 120) <= 65536

@@ -285,6 +285,18 @@ def _fixes_for(message: str, params: dict) -> list[tuple[str, tuple[Edit, ...]]]
         out.append(("one stage less", (Edit("rewrite", name="stages", args={"delta": -1}),)))
         out.append(("two stages less", (Edit("rewrite", name="stages", args={"delta": -2}),)))
         out.append(("BK /2", (Edit("rewrite", name="tile", args={"BK": "/2"}),)))
+    m = re.search(r"registers= ask for \d+ registers \((.*?)\); a multiprocessor has (\d+)", message)
+    if m:
+        # setmaxnreg budgets that fit: the producer at the 24 minimum, the consumers share the rest
+        groups = {name: (int(n), int(r)) for name, n, r in re.findall(r"(\w+): (\d+) warpgroup\(s\) x (\d+)",
+                                                                        m.group(1))}
+        prod = groups.get("producer", (1, 0))[0]
+        cons = sum(n for name, (n, _) in groups.items() if name != "producer")
+        if cons:
+            per = (int(m.group(2)) // 128 - 24 * prod) // cons // 8 * 8
+            if per >= 24:
+                out.append((f"registers: producer 24, consumers {per} (the sum fits the SM)",
+                            (Edit("rewrite", name="role_registers", args={"producer": 24, "consumer": min(per, 256)}),)))
     if "spill" in message:
         out.append(("BN /2", (Edit("rewrite", name="tile", args={"BN": "/2"}),)))
     return out
