@@ -295,8 +295,8 @@ def _fixes_for(message: str, params: dict) -> list[tuple[str, tuple[Edit, ...]]]
         if cons:
             per = (int(m.group(2)) // 128 - 24 * prod) // cons // 8 * 8
             if per >= 24:
-                out.append((f"registers: producer 24, consumers {per} (the sum fits the SM)",
-                            (Edit("rewrite", name="role_registers", args={"producer": 24, "consumer": min(per, 256)}),)))
+                fix = Edit("rewrite", name="role_registers", args={"producer": 24, "consumer": min(per, 256)})
+                out.append((f"registers: producer 24, consumers {per} (the sum fits the SM)", (fix,)))
     if "spill" in message:
         out.append(("BN /2", (Edit("rewrite", name="tile", args={"BN": "/2"}),)))
     return out
