@@ -175,6 +175,19 @@ class ReferenceTerms:
         a, b = self.eval(e.left), self.eval(e.right)
         if e.op == "@":
             return self.matmul(self.arr(a), self.arr(b), e.span)
+        if e.op in ("&", "|", "^"):
+            # elementwise logic of masks (numpy's & | ^ on booleans): a predicate when both sides are
+            name = {"&": "and", "|": "or", "^": "xor"}[e.op]
+            f = {"&": z3.And, "|": z3.Or, "^": z3.Xor}[e.op]
+            if isinstance(a, Arr) or isinstance(b, Arr):
+                arrs = [self.arr(a), self.arr(b)]
+                # a positional predicate only when both sides are masks (on integers & is bitwise)
+                masks = all(x.value is not None and _is_bool(x.value(tuple(z3.Int(f"_p{k}") for k in range(x.ndim))))
+                            for x in arrs)
+                return self.pointwise(name, arrs, (lambda x, y: f(T.zb(x), T.zb(y))) if masks else None)
+            if isinstance(a, bool) and isinstance(b, bool):
+                return {"&": a and b, "|": a or b, "^": a != b}[e.op]
+            raise NotAnalysable(f"'{e.op}' on runtime values", e.span)
         if isinstance(a, Arr) or isinstance(b, Arr):
             fn = {"+": "+", "-": "-", "*": "*", "/": "/", "//": "floordiv", "%": "mod", "**": "pow"}[e.op]
             vf = {"+": lambda x, y: as_int(x) + as_int(y), "-": lambda x, y: as_int(x) - as_int(y),
@@ -404,7 +417,14 @@ class ReferenceTerms:
         return ("scalar", "sqrt")
 
     def fn_abs(self, x, span=None):
-        return self.unary("abs", x)
+        a = self.arr(x)
+        out = self.unary("abs", a)
+        if a.value is not None:  # |i - j| of positions stays a position (a band mask compares it)
+            def value(idx):
+                v = as_int(a.value(idx))
+                return z3.If(v < 0, -v, v)
+            return Arr(out.shape, out.elem, value)
+        return out
 
     def fn_tanh(self, x, span=None):
         return self.unary("tanh", x)
@@ -667,6 +687,10 @@ def _num(v):
     if isinstance(v, tuple):
         raise NotAnalysable("a comparison of scalar arguments")
     return as_int(v) if not isinstance(v, float) else v
+
+
+def _is_bool(v) -> bool:
+    return isinstance(v, bool) or (isinstance(v, z3.ExprRef) and z3.is_bool(v))
 
 
 def _scalar_op(op: str, a, b, span):

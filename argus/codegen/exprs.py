@@ -24,7 +24,7 @@ from argus.codegen import exchange, memory
 from argus.codegen.cexpr import compute_type, ctype, from_compute, is_narrow_float, literal, render_layout, to_compute
 from argus.codegen.errors import unsupported
 from argus.codegen.tiles import TileMap
-from argus.dsl.types import I32, ScalarT, TileT
+from argus.dsl.types import DTYPES, I32, ScalarT, TileT
 from argus.ir import nodes as ir
 from argus.ir.reg_layout import (
     broadcast_keep,
@@ -276,7 +276,8 @@ class Expressions:
             return hit
         if isinstance(e, ir.Full):
             if isinstance(e.value, ir.Const) and isinstance(e.value.value, (int, float)):
-                return literal(e.value.value, dt) if not is_narrow_float(dt) else f"{float(e.value.value)!r}f"
+                # narrow floats compute in f32: an f32 literal (inf and nan spelled as bit patterns)
+                return literal(e.value.value, DTYPES["f32"] if is_narrow_float(dt) else dt)
             return f"(({compute_type(dt)})({self.sx(e.value)}))"
         if isinstance(e, ir.Arange):
             return f"({pos if pos is not None else tm.col(i)})"
@@ -489,7 +490,10 @@ class Expressions:
 
     @staticmethod
     def unop(op: str, a: str) -> str:
-        return f"(!{a})" if op == "not" else f"({op}{a})"
+        if op == "not":
+            return f"(!{a})"
+        # -(-2.0f) must not read as the decrement --2.0f
+        return f"({op}({a}))" if a.startswith(("-", "+")) else f"({op}{a})"
 
     def math(self, fn: str, args: list[str], dt, nonneg: bool) -> str:
         ct = compute_type(dt)

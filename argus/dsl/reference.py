@@ -75,7 +75,8 @@ def _tables():
     }
 
     binops = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "//": np.floor_divide,
-              "%": np.mod, "@": np.matmul, "**": np.power}
+              "%": np.mod, "@": np.matmul, "**": np.power, "&": np.bitwise_and, "|": np.bitwise_or,
+              "^": np.bitwise_xor}
     cmps = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
             ">=": np.greater_equal}
     assert set(functions) == REFERENCE_NAMES

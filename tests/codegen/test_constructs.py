@@ -83,6 +83,12 @@ CONSTRUCTS = {
     barrier()
     store(Y[0 : +BN, bm * BM : +BM], load(t_s.T))
 """, "    Y = transpose(T)\n"),
+    # constants: a negated negative (not the C decrement --2.0f) and infinities in 16-bit tiles
+    "negate_negative_constant": ("Y: f32[M, N]",
+                                 "    store(Y[bm * BM : +BM, 0 : +BN], t * -full(f32[BM, BN], -2.0))\n",
+                                 "    Y = T * 2.0\n"),
+    "bf16_infinity": ("Y: bf16[M, N]", "    store(Y[bm * BM : +BM, 0 : +BN], "
+                      "min(cast(t, bf16), full(bf16[BM, BN], inf)))\n", "    Y = T\n"),
     "cast_bf16": ("Y: bf16[M, N]", "    store(Y[bm * BM : +BM, 0 : +BN], cast(t, bf16))\n", "    Y = T\n"),
     "atomic_add_f32": ("Y: f32[N]", "    atomic_add(Y[0 : +BN], sum(t, axis=0))\n", "    Y = Y + sum(T, axis=0)\n"),
     "atomic_add_bf16": ("Y: bf16[M, N]", "    atomic_add(Y[bm * BM : +BM, 0 : +BN], cast(t, bf16))\n",

@@ -39,15 +39,27 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
     data-dependent block id being the tensor reads of the instantiated contract (e.g. row_tile[r]).
     Without a contract that settles it, the answer is a claim that replay must confirm."""
     from argus.analysis.checks.coverage import covers as covers_at
+    from argus.analysis.checks.coverage_remap import remap
 
     stores = [s for s in trace.stores if s.view.base == out]
     data = data_dependent(stores, ctx)
+    constraints = trace.constraints
+    remapped = None
+    if not _exact(stores, ctx):
+        # a remapped block id (a grouped raster over the schedule): rename the blocks by their index
+        # tuples when that is a bijection, so the witnesses below are exact again
+        r = remap(stores, constraints, ctx, a.kernel, out)
+        if isinstance(r, str):
+            remapped = r
+        else:
+            stores, constraints, ctx = r.stores, r.constraints, r.ctx
+            remapped = ""
     t = a.kernel.tensor(out)
     dims = [as_int(d) if isinstance(d, int) else ctx.dims[d] for d in t.dims]
     c = tuple(z3.Int(f"{out}_c{d}") for d in range(len(dims)))
     in_range = z3.And(*[z3.And(x >= 0, x < d) for x, d in zip(c, dims)])
     block_names = {str(b) for b in ctx.block}
-    base = [x for x in trace.constraints if not T.mentions(x, block_names)]
+    base = [x for x in constraints if not T.mentions(x, block_names)]
 
     def covers(st, blk):
         return covers_at(st, blk, ctx, c)
@@ -55,7 +67,7 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
     def in_grid(blk):
         return z3.And(*[z3.And(b >= 0, b < as_int(g)) for b, g in zip(blk, ctx.grid)])
 
-    per_block = [x for x in trace.constraints if not isinstance(x, bool) and T.mentions(x, block_names)]
+    per_block = [x for x in constraints if not isinstance(x, bool) and T.mentions(x, block_names)]
     fns = {f.name() for f in ctx.functions.values()}
 
     def facts(blk, stores_for_local) -> list:
@@ -73,7 +85,7 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
         return [z3.Implies(in_grid(blk), z3.And(*out_f))] if out_f else []
 
     if not cov.done("output-written-twice", out) and stores:
-        b1, b2, pairs = _two_writers(stores, covers)
+        b1, b2, pairs = _two_writers(stores, covers, len(ctx.block))
         formula = z3.And(in_range, in_grid(b1), in_grid(b2), *facts(b1, stores), *facts(b2, stores), z3.Or(*pairs))
         cov.record("output-written-twice", base, formula, ctx, c, out,
                    f"output '{out}' has elements written more than once", stores[0].span)
@@ -95,7 +107,6 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
                 reads.append(x)
             todo.extend(x.children())
         cands_per_axis = []
-        exact = True  # every witness candidate is the block that the store's own index expression names
         for b in ctx.block:
             opts = []
             for st in stores:
@@ -110,10 +121,6 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
                     if z3.is_int_value(step) and step.as_long() == size and not T.mentions(at0, block_names):
                         opts.append((c[ax] - at0) / size)
                     else:
-                        # the block id indexes the schedule tensors directly (tile_row[t]): a read of the
-                        # contract names the writing block. Through a remapping (a grouped raster's
-                        # t = f(block)), it names f(block), not the block: the candidates are a guess.
-                        exact = exact and _direct_index(e, str(b), fns)
                         opts.extend(reads)
             cands_per_axis.append(opts or [z3.IntVal(0)])
         combos = list(itertools.islice(itertools.product(*cands_per_axis), 64))
@@ -124,18 +131,22 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
         formula = z3.And(in_range, *glob, *extra, *none) if stores else in_range
         cov.record("output-unwritten", base, formula, ctx, c, out,
                    f"output '{out}' has elements no block writes", stores[0].span if stores else a.kernel.span,
-                   claim=not exact)
+                   claim=not _exact(stores, ctx))
     note = (f"coverage of '{out}': the elements a block writes depend on the contents of {', '.join(data)}; "
             "proved from the kernel's assumes instantiated per block")
+    if remapped == "":
+        note += " (blocks renamed by their schedule index tuples: the remapping is a bijection)"
+    elif remapped:
+        note += f" (witness blocks guessed: {remapped})"
     if note not in a.notes:
         a.notes.append(note)
 
 
-def _two_writers(stores, covers):
-    """Blocks b1, b2 and the ways two writes of one element can happen: two stores (or one store in
-    two different blocks) covering it."""
-    b1 = tuple(z3.Int(f"p{d}") for d in range(3))
-    b2 = tuple(z3.Int(f"r{d}") for d in range(3))
+def _two_writers(stores, covers, rank: int = 3):
+    """Blocks b1, b2 (`rank` ids each) and the ways two writes of one element can happen: two stores (or
+    one store in two different blocks) covering it."""
+    b1 = tuple(z3.Int(f"p{d}") for d in range(rank))
+    b2 = tuple(z3.Int(f"r{d}") for d in range(rank))
     pairs = []
     for i, s1 in enumerate(stores):
         for j, s2 in enumerate(stores):
@@ -144,6 +155,27 @@ def _two_writers(stores, covers):
             distinct = z3.Or(*[x != y for x, y in zip(b1, b2)]) if i == j else z3.BoolVal(True)
             pairs.append(z3.And(distinct, covers(s1, b1), covers(s2, b2)))
     return b1, b2, pairs
+
+
+def _exact(stores, ctx) -> bool:
+    """Whether the witness blocks of the unwritten query are exact: along every axis a block id moves,
+    the start is affine in it with the store's extent as step, or reads the schedule at the block id
+    itself (tile_row[t]: a read of the contract names the writing block). Through a remapping (a
+    grouped raster's t = f(block)) a read names f(block), not the block: the candidates are a guess."""
+    fns = {f.name() for f in ctx.functions.values()}
+    names = {str(b) for b in ctx.block}
+    for b in ctx.block:
+        for st in stores:
+            for start, ext in zip(st.view.starts, st.view.extents):
+                e = as_int(start)
+                if not T.mentions(e, {str(b)}):
+                    continue
+                at0 = z3.simplify(z3.substitute(e, (b, z3.IntVal(0))))
+                step = z3.simplify(z3.substitute(e, (b, z3.IntVal(1))) - at0)
+                affine = z3.is_int_value(step) and step.as_long() == (ext or 1) and not T.mentions(at0, names)
+                if not affine and not _direct_index(e, str(b), fns):
+                    return False
+    return True
 
 
 def _direct_index(e, block: str, fns: set[str]) -> bool:
