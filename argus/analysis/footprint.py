@@ -297,23 +297,24 @@ class ReferenceContract:
                     extra={"kind": "missing", "tensor": tensor, "exact": T.zb(T.b_and(r_exact, T.b_not(k_exact)))},
                     refine=_refiner(T.zb(k_exact), c, positions)))
 
-    def _pairing(self, trace, st, r: T.Red, keys, matched, base, names) -> None:
+    def _pairing(self, r: T.Red, keys, matched, tag: str) -> dict:
         """Each kernel member sums the product the reference sums at the same index: the inputs a member
         multiplies (outside nested sums and running maxima) are the reference's at that index, tensor by
-        tensor (a routing weight of top-k slot k with the row of slot k, not of slot k + 1)."""
+        tensor (a routing weight of top-k slot k with the row of slot k, not of slot k + 1). Returns, per
+        member (by id), the condition under which it differs from reference sum `r`."""
         ref_atoms = _direct_atoms(r.body)
         if not ref_atoms:
-            return
-        bads = []
+            return {}
+        out = {}
         for n, (m, atoms) in enumerate(matched):
-            guard, _vs = _member_at((m, atoms), keys, [z3.Int(f"pair{self.count}_{n}_{i}") for i in range(len(keys))],
-                                    f"pair{n}")
-            ren = [(v, z3.Int(f"{v.decl().name()}_pair{n}")) for v in m.vars]
+            guard, _vs = _member_at((m, atoms), keys, [z3.Int(f"pair{self.count}_{tag}_{n}_{i}")
+                                                       for i in range(len(keys))], f"pair{tag}_{n}")
+            ren = [(v, z3.Int(f"{v.decl().name()}_pair{tag}_{n}")) for v in m.vars]
             idx = [z3.substitute(as_int(atoms[t].coords[p]), *ren) if ren else as_int(atoms[t].coords[p])
                    for t, p, _v in keys]
             at = [(v, i) for (_t, _p, v), i in zip(keys, idx)]
-            mine = [a for a in _direct_atoms(m.body)]
-            for a in mine:
+            bads = []
+            for a in _direct_atoms(m.body):
                 same = [b for b in ref_atoms if b.tensor == a.tensor]
                 if not same:
                     continue
@@ -321,11 +322,9 @@ class ReferenceContract:
                 differs = [z3.Or(*[x != z3.substitute(as_int(y), *at) for x, y in zip(ka, b.coords)]) for b in same]
                 live = z3.substitute(T.zb(a.inside), *ren) if ren else T.zb(a.inside)
                 bads.append(z3.And(guard, live, *differs))
-        if bads:
-            trace.obligations.append(Obligation(
-                "reference-footprint", st.span,
-                f"a term the stored {self.output} element sums multiplies other inputs than the reference's "
-                "term at the same index", z3.Or(*bads), base, dict(names), st.step, extra={"kind": "pairing"}))
+            if bads:
+                out[id(m)] = z3.Or(*bads)
+        return out
 
     def _multiplicity(self, trace, st, ker, sums, base, names) -> None:
         """Each reference sum over an index the kernel accumulates step by step: no member of the
@@ -338,7 +337,10 @@ class ReferenceContract:
         # (a numerator and its denominator) are summed separately
         for group in chain_groups(ker, chains):
             members = [m for cid in group for m in flatten_chain(chains[cid])]
-            for r in sums:
+            # a member must sum what some reference sum sums at the same index (with several sums, as in
+            # s[:, None] - s[None, :], a member pairs with the one it computes, not with every one)
+            pairing: dict = {}
+            for ri, r in enumerate(sums):
                 keys = index_atoms(r)
                 if not keys:
                     continue
@@ -369,7 +371,8 @@ class ReferenceContract:
                             pairs.append(z3.And(ga, gb, distinct))
                         else:
                             pairs.append(z3.And(ga, gb))
-                self._pairing(trace, st, r, keys, matched, base, names)
+                for mid, bad in self._pairing(r, keys, matched, str(ri)).items():
+                    pairing.setdefault(mid, []).append(bad)
                 if not pairs:
                     continue
                 label = ", ".join(f"{t}[{p}]" for t, p, _v in keys)
@@ -378,6 +381,12 @@ class ReferenceContract:
                     f"the stored {self.output} element sums some {label} coordinates more than once",
                     z3.Or(*pairs), base, {**names, **{f"{t}[{p}]": xv for (t, p, _v), xv in zip(keys, x)}}, st.step,
                     extra={"kind": "twice"}))
+            if pairing:
+                trace.obligations.append(Obligation(
+                    "reference-footprint", st.span,
+                    f"a term the stored {self.output} element sums multiplies other inputs than the reference's "
+                    "term at the same index", z3.Or(*[z3.And(*bs) for bs in pairing.values()]), base, dict(names),
+                    st.step, extra={"kind": "pairing"}))
 
 
 def free_coords(t: T.Term, tensor: str, limit: int = 16) -> tuple:
@@ -403,7 +412,7 @@ def free_coords(t: T.Term, tensor: str, limit: int = 16) -> tuple:
 
 
 def chain_groups(t: T.Term, chains: dict) -> list[list]:
-    """Chains whose accumulators are summands of one another's sum (union over `+` nodes)."""
+    """Chains whose accumulators are summands of one another's sum (union over `+` nodes, not `-`)."""
     parent = {c: c for c in chains}
 
     def find(c):
@@ -429,7 +438,8 @@ def chain_groups(t: T.Term, chains: dict) -> list[list]:
             continue
         seen.add(id(x))
         if isinstance(x, T.Op):
-            if x.fn in ("+", "-"):
+            # split accumulators are added (acc0 + acc1); a difference of sums (s[i] - s[j]) is two sums
+            if x.fn == "+":
                 rs = [roots(a, set()) for a in x.args]
                 flat = [c for r in rs for c in r]
                 for c in flat[1:]:

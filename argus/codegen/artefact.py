@@ -8,6 +8,7 @@ from pathlib import Path
 
 from argus.codegen.compile import Built, build
 from argus.codegen.resources import KernelResources
+from argus.dsl.diagnostics import ArgusError
 from argus.files import check_output, write_output
 from argus.ir import nodes as ir
 
@@ -42,6 +43,17 @@ def write_artefact(built: Built, emit: str, ptx: str | None, output: str | None,
         return "<stdout>"
     path = Path(output or f"{built.generated.name}{EXT[emit]}")
     return str(write_output(path, data, force=force))  # no symlinks followed, no silent overwrite
+
+
+def _write_failed_source(file: str, k: ir.Kernel, out: str | None, force: bool) -> None:
+    from argus.codegen.emit import generate
+
+    source = generate(k, file).source
+    if out == "-":
+        sys.stdout.write(source)
+        return
+    path = write_output(Path(out or f"{artefact_name(k)}.cu"), source.encode(), force=force)
+    print(f"{file}: kernel '{k.name}': the generated CUDA does not compile; wrote it to {path}", file=sys.stderr)
 
 
 def artefact_name(k: ir.Kernel) -> str:
@@ -94,7 +106,12 @@ def build_command(file: str, kernels: list[ir.Kernel], *, emit: str = "cubin", a
         outs.append(out)
     records = []
     for k, out in zip(kernels, outs):
-        built = build(k, arch=arch)  # always a cubin: the resource report reads it
+        try:
+            built = build(k, arch=arch)  # always a cubin: the resource report reads it
+        except ArgusError as exc:
+            if emit == "cuda" and any(d.code == "nvrtc" for d in exc.diagnostics):
+                _write_failed_source(file, k, out, force)  # what the nvrtc hint points at
+            raise
         ptx = build(k, arch=arch, want="ptx").result.ptx if emit == "ptx" else None
         where = write_artefact(built, emit, ptx, out, force)
         res = built.resources

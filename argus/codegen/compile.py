@@ -81,13 +81,32 @@ def _same_file(a: str, b: str) -> bool:
     return a == b or a.endswith("/" + b.lstrip("./")) or b.endswith("/" + a.lstrip("./"))
 
 
+def _directive_line(source: str, line: int) -> int:
+    """The `.arg` line of the #line directive a compiler's presumed line `line` counts from: each
+    generated line after `#line N` is presumed N + 1, N + 2, ..., so a message about the third CUDA line
+    of a statement would otherwise point two lines past it (or past the end of the file)."""
+    blocks, cur, count = [], None, 0
+    for text in source.splitlines():
+        if text.startswith("#line "):
+            if cur is not None:
+                blocks.append((cur, count))
+            cur, count = int(text.split()[1]), 0
+        elif cur is not None:
+            count += 1
+    if cur is not None:
+        blocks.append((cur, count))
+    hits = [n for n, c in blocks if n <= line < n + max(c, 1)]
+    return max(hits) if hits else line
+
+
 def to_argus_error(e: CompileError, k: ir.Kernel, gen: GeneratedKernel) -> ArgusError:
     """NVRTC / ptxas messages as Argus diagnostics at the `.arg` lines the #line directives name."""
     spans = _line_spans(k)
     diags: list[Diagnostic] = []
     for d in e.errors or ():
         if d.path is not None and _same_file(d.path, gen.path) and d.line is not None:
-            span = spans.get(d.line) or Span.point(gen.path, d.line, 1)
+            line = _directive_line(gen.source, d.line)
+            span = spans.get(line) or Span.point(gen.path, line, 1)
             diags.append(Diagnostic("error", "nvrtc", f"generated CUDA does not compile: {d.message}", span,
                                     ("this is a code generation bug; the CUDA source is shown by "
                                      "`argus build --emit cuda`",)))

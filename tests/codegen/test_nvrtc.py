@@ -315,3 +315,28 @@ def test_ptxas_log_with_device_function() -> None:
         arch="sm_80",
         source="ptxas",
     )
+
+
+def test_compiler_lines_map_back_to_the_directive_they_count_from() -> None:
+    from argus.codegen.compile import _directive_line
+
+    src = '#line 5 "x.arg"\na;\nb;\nc;\n#line 9 "x.arg"\nd;\n'
+    # NVRTC presumes the lines after `#line 5` are 5, 6, 7: a message about `c;` says 7, the statement is 5
+    assert [_directive_line(src, n) for n in (5, 6, 7, 9, 40)] == [5, 5, 5, 9, 40]
+
+
+def test_emit_cuda_writes_the_source_when_it_does_not_compile(tmp_path, monkeypatch) -> None:
+    from argus.codegen import artefact
+    from argus.dsl.diagnostics import ArgusError, Diagnostic
+    from argus.ir.build import build_file
+    from tests.conftest import EXAMPLES
+
+    k = build_file(EXAMPLES / "rmsnorm.arg", {})
+
+    def broken(*a, **kw):
+        raise ArgusError(Diagnostic("error", "nvrtc", "generated CUDA does not compile: x", None))
+    monkeypatch.setattr(artefact, "build", broken)
+    out = tmp_path / "k.cu"
+    with pytest.raises(ArgusError):
+        artefact.build_command("examples/rmsnorm.arg", [k], emit="cuda", output=str(out))
+    assert "rmsnorm" in out.read_text()
