@@ -765,7 +765,11 @@ def explore(kernel: ir.Kernel, defines: dict[str, object]) -> tuple[list[Trace],
             break
         ctx = Context.create(kernel, defines)
         ex = Executor(kernel, ctx, prefix, caps)
-        traces.append(ex.run())
+        try:
+            traces.append(ex.run())
+        except Unsupported as exc:
+            exc.context = ctx  # its assumes still give the numeric tier valid shapes
+            raise
         contexts.append(ctx)
         todo.extend(ex.alternatives)
     return traces, contexts, notes

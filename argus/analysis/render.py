@@ -42,7 +42,24 @@ def render_finding(f: Finding) -> str:
 
 
 def render_report(r: Report, timings: bool = False) -> str:
-    out = [render_finding(f) for f in r.findings]
+    out = []
+    # one unknown reason shared by many checks (symbolic execution stopped) is printed once, with its checks
+    shared: dict[tuple, list[Finding]] = {}
+    for f in r.findings:
+        if f.status != VIOLATED and f.counterexample is None:
+            shared.setdefault((f.message, f.span), []).append(f)
+    done: set[tuple] = set()
+    for f in r.findings:
+        key = (f.message, f.span)
+        group = shared.get(key, [])
+        if len(group) > 2:
+            if key not in done:
+                done.add(key)
+                codes = ", ".join(g.check for g in group)
+                out.append(render(Diagnostic("warning", "unknown", f"{f.message} (unknown: {len(group)} checks)",
+                                             f.span, (f"checks: {codes}",))))
+            continue
+        out.append(render_finding(f))
     counts: dict[str, int] = {}
     for c in r.results:
         counts[c.status] = counts.get(c.status, 0) + 1

@@ -54,6 +54,7 @@ def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_re
     defines = dict(defines or {})
     t0 = time.perf_counter()
     blocked: tuple[str, object] | None = None  # (reason, span): the paths do not cover every execution
+    test_contexts: list | None = None  # where exploration stopped early: the context its assumes built
     try:
         traces, contexts, notes = explore(kernel, defines)
     except (Unsupported, z3.Z3Exception) as exc:
@@ -61,6 +62,8 @@ def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_re
         where = f" at {span.path}:{span.line}" if span else ""
         traces, contexts, notes = [], [], [f"symbolic execution stopped{where}: {exc}"]
         blocked = (f"not checked: unsupported construct: {exc}", span)
+        partial = getattr(exc, "context", None)
+        test_contexts = [partial] if partial is not None else []
     explore_s = time.perf_counter() - t0
     if blocked is None and any(n.startswith("more than") for n in notes):
         blocked = (f"not proved: {next(n for n in notes if n.startswith('more than'))}", kernel.span)
@@ -127,7 +130,7 @@ def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_re
     tested = None
     if test:
         t = time.perf_counter()
-        tested = numeric_tier(kernel, defines, contexts)
+        tested = numeric_tier(kernel, defines, contexts if test_contexts is None else test_contexts)
         notes.append(f"numeric tier: {time.perf_counter() - t:.2f} s")
     return Report(kernel.name, kernel.path, results, notes + [f"symbolic execution: {explore_s:.2f} s"], tested)
 
