@@ -10,6 +10,7 @@ for Python's stack give unknown -- each an "unknown" verdict with a note, never 
 
 from __future__ import annotations
 
+import ctypes
 import time
 from dataclasses import dataclass, field
 
@@ -89,7 +90,11 @@ def verify_kernel(node: ast.Kernel, defines: dict[str, object] | None = None, *,
     if note is None:
         try:
             report = analysis_verify(k, defines, do_replay=replay, test=test)
-        except RecursionError:  # deep symbolic terms (long fixed loops): the verdict is unknown, not a crash
+        except (RecursionError, ctypes.ArgumentError) as exc:
+            # deep symbolic terms (long fixed loops, a long chain of selects): unknown, not a crash; z3's
+            # C bindings report a RecursionError met while converting an argument as an ArgumentError
+            if isinstance(exc, ctypes.ArgumentError) and "RecursionError" not in str(exc):
+                raise
             note = ("not completed: the verifier's symbolic terms grew too deep (RecursionError); try smaller "
                     "fixed dims or leave them symbolic")
     if refusal is not None:

@@ -314,13 +314,15 @@ class ReferenceContract:
                    for t, p, _v in keys]
             at = [(v, i) for (_t, _p, v), i in zip(keys, idx)]
             bads = []
-            for a in _direct_atoms(m.body):
+            for a, when in _direct_atoms_when(m.body):
                 same = [b for b in ref_atoms if b.tensor == a.tensor]
                 if not same:
                     continue
                 ka = [z3.substitute(as_int(c), *ren) if ren else as_int(c) for c in a.coords]
                 differs = [z3.Or(*[x != z3.substitute(as_int(y), *at) for x, y in zip(ka, b.coords)]) for b in same]
-                live = z3.substitute(T.zb(a.inside), *ren) if ren else T.zb(a.inside)
+                # the atom counts where it is read: inside its tile and on the select branch that holds it
+                live = z3.And(T.zb(a.inside), when)
+                live = z3.substitute(live, *ren) if ren else live
                 bads.append(z3.And(guard, live, *differs))
             if bads:
                 out[id(m)] = z3.Or(*bads)
@@ -471,6 +473,31 @@ def _direct_atoms(t: T.Term) -> list[T.Atom]:
         elif isinstance(x, T.Sel):
             todo.extend((x.a, x.b))
     return out
+
+
+def _direct_atoms_when(t: T.Term) -> list[tuple[T.Atom, z3.BoolRef]]:
+    """_direct_atoms with the select conditions under which each atom is the value (a shared row
+    written by one of several copies: the copy of row i holds it only where the row read is i)."""
+    conds: dict[int, list] = {}
+    atoms: dict[int, T.Atom] = {}
+    todo: list = [(t, z3.BoolVal(True))]
+    seen: set = set()
+    while todo:
+        x, when = todo.pop()
+        key = (id(x), when.get_id())
+        if key in seen:
+            continue
+        seen.add(key)
+        if isinstance(x, T.Atom):
+            atoms[id(x)] = x
+            conds.setdefault(id(x), []).append(when)
+        elif isinstance(x, T.Op) and x.fn not in ("max", "min"):
+            todo.extend((a, when) for a in x.args)
+        elif isinstance(x, T.Sel):
+            c = T.zb(x.cond)
+            todo.append((x.a, z3.simplify(z3.And(when, c))))
+            todo.append((x.b, z3.simplify(z3.And(when, z3.Not(c)))))
+    return [(atoms[k], z3.Or(*cs) if len(cs) > 1 else cs[0]) for k, cs in conds.items()]
 
 
 def _refiner(exact_other, c, positions):

@@ -23,9 +23,10 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
     excluded and the query repeated, at most `refinements` times, then the answer is unknown."""
     plain = [ob for ob in obligations if ob.refine is None and not ob.extra.get("nonlinear")]
     status = VERIFIED
+    facts = contract_facts(ctx, [f for ob in obligations for f in (*ob.domain, ob.bad)])
     if plain:
         s = solver(timeout_ms)
-        s.add(*trace.constraints)
+        s.add(*trace.constraints, *facts)
         s.add(z3.Or(*[z3.And(*ob.domain, ob.bad) for ob in plain]))
         r = check_split(s, timeout_ms=timeout_ms)
         if r == z3.sat:
@@ -38,7 +39,7 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
     for ob in obligations:
         if ob.extra.get("nonlinear"):
             # ring positions multiply a tile index by the steps per tile
-            r, m = nonlinear_check([*trace.constraints, *ob.domain, ob.bad], timeout_ms=timeout_ms)
+            r, m = nonlinear_check([*trace.constraints, *facts, *ob.domain, ob.bad], timeout_ms=timeout_ms)
             if r == z3.sat:
                 return VIOLATED, ob, m
             if r == z3.unknown:
@@ -47,7 +48,7 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
         if ob.refine is None:
             continue
         s = solver(timeout_ms)
-        s.add(*trace.constraints, *ob.domain, ob.bad)
+        s.add(*trace.constraints, *facts, *ob.domain, ob.bad)
         settled = False
         for _ in range(refinements + 1):
             r = check_split(s, timeout_ms=timeout_ms)
@@ -69,7 +70,7 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
         exact = ob.extra.get("exact")
         if exact is not None:
             s = solver(timeout_ms)
-            s.add(*trace.constraints, *ob.domain, exact)
+            s.add(*trace.constraints, *facts, *ob.domain, exact)
             r = s.check()
             if r == z3.unsat:
                 continue
@@ -77,6 +78,32 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
                 return VIOLATED, ob, s.model()
         status = UNKNOWN
     return status, None, None
+
+
+CONTRACT_POINTS = 64  # instances of each quantified assume at most, per batch
+
+
+def contract_facts(ctx: Context, formulas: list) -> list:
+    """The kernel's quantified assumes (`assume(lambda r: ..., over=N)`, a contract over tensor contents)
+    instantiated at every index the obligations read a 1-D tensor at: `0 <= idx[r] < T` at the rows a
+    gather reads. Each instance is a consequence of the stated contract (guarded by 0 <= v < N), so
+    adding them only removes models the contract rules out; never a quantifier."""
+    if not ctx.quantified:
+        return []
+    fns = {f.name() for f in ctx.functions.values()}
+    args: list = []
+    seen: set = set()
+    todo = [f for f in formulas if isinstance(f, z3.ExprRef)]
+    while todo and len(args) < CONTRACT_POINTS:
+        x = todo.pop()
+        if x.get_id() in seen:
+            continue
+        seen.add(x.get_id())
+        if z3.is_app(x) and x.decl().name() in fns and x.num_args() == 1 and x.arg(0).sort() == z3.IntSort():
+            if not any(x.arg(0).eq(a) for a in args):
+                args.append(x.arg(0))
+        todo.extend(x.children())
+    return [ctx.instantiate(q, a) for q in ctx.quantified for a in args]
 
 
 def presolve(batches: list) -> list:

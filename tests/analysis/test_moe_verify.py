@@ -93,3 +93,40 @@ reference:
     assert v.report.tested is not None and v.report.tested.shapes and v.report.tested.ok
     text = v.render()
     assert text.count("not checked: unsupported construct") == 1 and "checks: mma-contraction" in text
+
+
+def test_a_recursion_error_inside_z3_is_unknown_not_an_internal_error(monkeypatch):
+    """z3's C bindings report a RecursionError met converting an argument as ctypes.ArgumentError."""
+    import ctypes
+
+    import argus.verification as V
+    from argus.dsl.parser import parse_file
+
+    def deep(*a, **kw):
+        raise ctypes.ArgumentError("argument 1: RecursionError: ???")
+    monkeypatch.setattr(V, "analysis_verify", deep)
+    node = parse_file(str(EXAMPLES / "rmsnorm.arg")).kernels[0]
+    v = V.verify_kernel(node, {}, file="rmsnorm.arg")
+    assert v.status == "unknown" and any("RecursionError" in n for n in v.notes)
+
+
+def test_a_quantified_contract_on_an_index_tensor_bounds_a_gather():
+    """assume(lambda r: 0 <= idx[r] < T, over=M) is instantiated at the rows the obligations read."""
+    from argus.dsl.parser import parse
+    from argus.verification import verify_kernel
+
+    src = """kernel gather(X: f32[T, N], idx: i32[M], Y: f32[M, N]):
+    param BN = 64
+    launch grid=(M,), threads=64
+    assume(N == BN)
+    assume(lambda r: 0 <= load(idx[r]) and load(idx[r]) < T, over=M)
+    m = block_id(0)
+    store(Y[m : +1, 0 : +BN], load(X[load(idx[m]) : +1, 0 : +BN], masked=False))
+reference:
+    Y = X[idx]
+"""
+    v = verify_kernel(parse(src, "gather.arg").kernels[0], {}, file="gather.arg")
+    assert v.status == "verified", v.render()
+    bad = src.replace("    assume(lambda r: 0 <= load(idx[r]) and load(idx[r]) < T, over=M)\n", "")
+    v = verify_kernel(parse(bad, "gather.arg").kernels[0], {}, file="gather.arg", test=False)
+    assert "oob-global" in {f.check for f in v.findings if f.status == "violated"}
