@@ -45,7 +45,8 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
     data = data_dependent(stores, ctx)
     constraints = trace.constraints
     remapped = None
-    if not _exact(stores, ctx):
+    exact = _exact(stores, ctx)
+    if not exact:
         # a remapped block id (a grouped raster over the schedule): rename the blocks by their index
         # tuples when that is a bijection, so the witnesses below are exact again
         r = remap(stores, constraints, ctx, a.kernel, out)
@@ -54,6 +55,7 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
         else:
             stores, constraints, ctx = r.stores, r.constraints, r.ctx
             remapped = ""
+            exact = _exact(stores, ctx)
     t = a.kernel.tensor(out)
     dims = [as_int(d) if isinstance(d, int) else ctx.dims[d] for d in t.dims]
     c = tuple(z3.Int(f"{out}_c{d}") for d in range(len(dims)))
@@ -131,7 +133,7 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
         formula = z3.And(in_range, *glob, *extra, *none) if stores else in_range
         cov.record("output-unwritten", base, formula, ctx, c, out,
                    f"output '{out}' has elements no block writes", stores[0].span if stores else a.kernel.span,
-                   claim=not _exact(stores, ctx))
+                   claim=not exact)
     note = (f"coverage of '{out}': the elements a block writes depend on the contents of {', '.join(data)}; "
             "proved from the kernel's assumes instantiated per block")
     if remapped == "":
