@@ -35,11 +35,66 @@ RLIMIT_PER_MS = 4000
 def budget(s: z3.Solver, timeout_ms: int) -> z3.Solver:
     s.set("rlimit", int(timeout_ms) * RLIMIT_PER_MS)
     s.set("timeout", int(timeout_ms) * 4)
+    if isinstance(s, CheckedSolver):
+        s.budget_ms = int(timeout_ms)
     return s
 
 
+class CheckedSolver(z3.Solver):
+    """A solver whose `sat` comes with a model that satisfies what was asked.
+
+    Z3 (5.4.1 here) has answered `sat` with a model that falsifies an assertion on a query it proves
+    unsat in a fresh process: its preprocessing then depends on the terms other queries created earlier
+    in the same context, so a verdict could depend on the order in which obligations were solved. A
+    violation built on such a model would be a false alarm, so every `sat` is evaluated against the
+    assertions and the assumptions; a model that falsifies one is asked again on fresh solvers with other
+    random seeds, and the answer is `unknown` when none gives a model that holds."""
+
+    RETRIES = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.budget_ms = SOLVER_TIMEOUT_MS
+        self._model: z3.ModelRef | None = None
+
+    def check(self, *assumptions):
+        self._model = None
+        r = super().check(*assumptions)
+        if r != z3.sat:
+            return r
+        asked = [*self.assertions(), *assumptions]
+        m = super().model()
+        if holds(m, asked):
+            return r
+        for seed in range(1, self.RETRIES + 1):
+            s = z3.Solver()
+            s.set("random_seed", seed)
+            s.set("rlimit", self.budget_ms * RLIMIT_PER_MS)
+            s.set("timeout", self.budget_ms * 4)
+            s.add(*self.assertions())
+            r = s.check(*assumptions)
+            if r == z3.unsat:
+                return r
+            if r == z3.sat and holds(s.model(), asked):
+                self._model = s.model()
+                return r
+        return z3.unknown
+
+    def model(self) -> z3.ModelRef:
+        return self._model if self._model is not None else super().model()
+
+
+def holds(m: z3.ModelRef, formulas) -> bool:
+    """False only when `m` makes one of `formulas` false (a quantified one it cannot decide counts as held)."""
+    for f in formulas:
+        v = m.eval(f, model_completion=True)
+        if z3.is_false(v):
+            return False
+    return True
+
+
 def solver(timeout_ms: int = SOLVER_TIMEOUT_MS) -> z3.Solver:
-    return budget(z3.Solver(), timeout_ms)
+    return budget(CheckedSolver(), timeout_ms)
 
 
 def as_int(v):

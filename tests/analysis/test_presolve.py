@@ -27,7 +27,9 @@ def _run(path, monkeypatch, jobs: str):
 
 
 @pytest.mark.parametrize("name", ["broken/gemm_bias_k_floor.arg", "broken/fa_causal_strict.arg",
-                                  "correct/gemm_prefetch_guarded.arg"])
+                                  "correct/gemm_prefetch_guarded.arg",
+                                  # Z3 gave a sat whose model falsified the query when solved in order only
+                                  pytest.param("correct/gather_gemm_rows.arg", marks=pytest.mark.slow)])
 def test_side_by_side_solving_matches_the_sequential_verdicts(name, monkeypatch):
     par, presolved = _run(CORPUS / name, monkeypatch, "2")
     seq, none = _run(CORPUS / name, monkeypatch, "1")
