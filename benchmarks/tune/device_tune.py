@@ -59,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--iters", type=int, default=30, help="timed samples per kernel in the comparison")
     ap.add_argument("--store", help="learning store to read and extend (default OUT/tune-store.json)")
+    ap.add_argument("--shapes", action="append", default=[], metavar="FAMILY=SHAPES",
+                    help="tune and compare a family at other shapes, e.g. 'moe=T=4096,E=8,KTOP=2,HID=4096,F=8192' "
+                    "(a related kernel for a second run with --store); the last ';'-separated set is compared")
     ap.add_argument("--dry", action="store_true", help="no GPU: CPU cost model, tiny shapes, estimates only")
     ap.add_argument("--verify-timeout", type=float, default=60.0,
                     help="seconds per static-verifier run (default 60: a three-stage FlashAttention candidate "
@@ -71,6 +74,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.budget < 0 or args.minutes <= 0 or args.parallel < 1:
         ap.error("--budget >= 0, --minutes > 0 and --parallel >= 1")
     args.families = fams
+    for item in args.shapes:
+        fam, _, spec = item.partition("=")
+        if fam not in FAMILIES or "=" not in spec:
+            ap.error(f"--shapes {item!r}: write FAMILY=NAME=V,... with FAMILY one of {', '.join(FAMILIES)}")
+        FAMILIES[fam] = {**FAMILIES[fam], "shapes": spec}  # this process's table: the runs and the comparison
     return args
 
 
