@@ -135,6 +135,18 @@ def test_flash_attention_layouts(params: dict) -> None:
         assert (slice_fragment(fragment_of(lays[acc]), 0).fragment.table()[1] == sl.table()[1]).all()
 
 
+@pytest.mark.parametrize(("file", "vectors"), [("rmsnorm.arg", ("w",)), ("layernorm.arg", ("w", "b"))])
+@pytest.mark.parametrize("bn", [1024, 8192])
+def test_one_row_block_holds_its_weights_in_the_rows_columns(file: str, vectors: tuple, bn: int) -> None:
+    """BM=1: the [1, BN] row tile is blocked first and the weight vectors broadcast into it are its column
+    slice, read straight from global memory 16 bytes at a time (they were blocked on their own, in 8-byte
+    runs, and converted through 16-32 KB of shared memory with four barriers per vector)."""
+    lays = _layouts(build_file(EXAMPLES / file, {"BM": 1, "BN": bn, "THREADS": max(32, bn // 8)}))
+    assert lays["x"].kind == "blocked" and lays["x"].vec == 8
+    for v in vectors:
+        assert lays[v].kind == "slice" and lays[v].parent == lays["x"] and lays[v].keep == 1
+
+
 REG_A = """
 kernel two_mmas(A: bf16[M, K], B: bf16[K, N], C: bf16[N, P], O: f32[M, P]):
     param MMA = "mma.sync"

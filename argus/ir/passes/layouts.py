@@ -375,9 +375,12 @@ def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...
     while True:  # a tie may need another 1-D tile's layout: rounds settle chains
         ties = _ties(body, g, keys, decided, threads)
         new = {root: min(lst, key=lambda t: t[0])[1] for root, lst in ties.items() if root not in decided}
-        if not new:  # what nothing ties (loaded vectors, say) is blocked; that may tie others
-            new = {root: blocked_reg_layout(shape, threads, nbytes) for root, (shape, nbytes) in g.shape.items()
-                   if root not in decided}
+        if not new:  # what nothing ties is blocked, 2-D tiles first ([1, C] / [R, 1]: a block of one row,
+            # say): the vectors broadcast into them then tie to their slices, where a vector made blocked
+            # in the same round would be converted through shared memory (rmsnorm's weights at BM=1)
+            rest = {root: sv for root, sv in g.shape.items() if root not in decided}
+            wide = {root: sv for root, sv in rest.items() if len(sv[0]) != 1}
+            new = {root: blocked_reg_layout(shape, threads, nbytes) for root, (shape, nbytes) in (wide or rest).items()}
         if not new:
             break
         decided.update(new)
