@@ -82,6 +82,35 @@ class Prior:
     fails: int
 
 
+def _gain(step: int, by_step: dict[int, dict[str, Any]], memo: dict[int, float | None]) -> float | None:
+    """Summed measured effect from a run's start (step 0) to `step` along parent links; None if a step on
+    the way failed or is missing."""
+    chain = []
+    while step not in memo:
+        e = by_step.get(step)
+        if e is None or e.get("effect") is None or step in chain:
+            memo[step] = None
+            break
+        chain.append(step)
+        step = e["parent_step"]
+    up = memo[step]
+    for st in reversed(chain):
+        up = None if up is None else up + float(by_step[st]["effect"])
+        memo[st] = up
+    return memo[chain[0]] if chain else memo[step]
+
+
+PATH_SIMILARITY = 0.6  # an earlier run's best path is replayed on a start at least this similar
+
+
+@dataclass(frozen=True)
+class BestPath:
+    run: str
+    similarity: float
+    gain: float  # summed measured effect along the path (reward units)
+    steps: tuple[dict[str, Any], ...]  # store entries, start first
+
+
 class Priors:
     """Per-action priors for one family, from the store's entries."""
 
@@ -111,8 +140,39 @@ class Priors:
             return None
         return Prior(num / (den + shrink), den, wins, fails)
 
+    def best_path(self, start: dict[str, Any], min_similarity: float = PATH_SIMILARITY) -> BestPath | None:
+        """The change sequence from the start to the best kernel of the earlier run whose starting kernel is
+        most like `start` (ties: the larger gain): what a second run on a related kernel tries first. A run
+        counts when its entries link each step to its parent (`parent_step`, stores from 2026-12-02 on)."""
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for e in self.entries:
+            runs.setdefault(e["run"], []).append(e)
+        best: BestPath | None = None
+        for run, es in runs.items():
+            by_step = {e["step"]: e for e in es}
+            roots = [e for e in es if e.get("parent_step") == 0]
+            if not roots or any("parent_step" not in e for e in es):
+                continue
+            sim = similarity(start, roots[0].get("before") or {})
+            if sim < min_similarity:
+                continue
+            gain: dict[int, float | None] = {0: 0.0}
+            ends = [(g, step) for step in by_step if (g := _gain(step, by_step, gain)) is not None]
+            if not ends:
+                continue
+            g, step = max(ends, key=lambda t: (t[0], -t[1]))
+            path = []
+            while step != 0:
+                path.append(by_step[step])
+                step = by_step[step]["parent_step"]
+            cand = BestPath(run, sim, g, tuple(reversed(path)))
+            if g > 0 and (best is None or (sim, g) > (best.similarity, best.gain)):
+                best = cand
+        return best
+
     def __len__(self) -> int:
         return len(self.entries)
+
 
 
 class StoreError(RuntimeError):
@@ -198,7 +258,8 @@ def entry(run: str, header: dict[str, Any], step: dict[str, Any], parent: dict[s
     effect = None
     if step.get("status") == "ok" and times and len(times) == len(ptimes):
         effect = sum(math.log(a / b) for a, b in zip(ptimes, times)) / len(times)
-    return {"run": run, "step": step["step"], "kernel": header.get("kernel"), "family": header.get("family"),
+    return {"run": run, "step": step["step"], "parent_step": (parent or {}).get("step"),
+            "kernel": header.get("kernel"), "family": header.get("family"),
             "action": (prop.get("action") or "").split("+repair")[0], "technique": prop.get("technique", ""),
             "edits": prop.get("edits") or [], "program": bool(prop.get("source")),
             "before": (parent or {}).get("signature") or {}, "after": step.get("signature") or {},

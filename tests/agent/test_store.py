@@ -63,6 +63,22 @@ def test_priors_weigh_similar_kernels_and_count_failures():
     assert [p["effect"] for p in pairs] == [0.6, 0.4]
 
 
+def test_best_path_is_the_chain_to_the_largest_summed_gain_of_the_most_similar_run():
+    def e(run, step, parent, action, effect, **before):
+        return {**_entry(run, step, action, effect, **before), "parent_step": parent}
+    # run a: 1 (+0.5) is the largest single gain, but 2 -> 3 -> 4 sums to more
+    a = [e("a", 1, 0, "p:one", 0.5), e("a", 2, 0, "p:two", 0.2), e("a", 3, 2, "p:three", 0.3),
+         e("a", 4, 3, "p:four", 0.4), e("a", 5, 4, "p:five", None)]
+    path = Priors(a, "gemm").best_path(SIG)
+    assert [x["action"] for x in path.steps] == ["p:two", "p:three", "p:four"] and abs(path.gain - 0.9) < 1e-9
+    # a run on a less similar start loses to a similar one, whatever its gain
+    far = [e("b", 1, 0, "q:one", 2.0, instr="wgmma", warp_specialised=True, stages=4)]
+    assert Priors(a + far, "gemm").best_path(SIG).run == "a"
+    assert Priors(far, "gemm").best_path(SIG) is None
+    # entries without parent links (stores before 2026-12-02) give no path
+    assert Priors([_entry("c", 1, "p:one", 0.5)], "gemm").best_path(SIG) is None
+
+
 def test_every_step_goes_to_the_store_and_the_prompt_shows_earlier_pairs(tmp_path):
     store = tmp_path / "store.json"
     res = tune(h.config(tmp_path / "a", budget=2, store=str(store), hidden_shapes=0, scale_shapes=0))
@@ -112,4 +128,7 @@ def test_a_second_run_on_a_related_kernel_reaches_the_first_runs_best_sooner(tmp
     assert n_second is not None and n_second < n_first, (n_second, n_first)
     assert n_alone is None or n_second < n_alone, (n_second, n_alone)
     steps = [r for r in h.records(second.record) if r["kind"] == "step"]
-    assert steps[1]["proposal"]["reasoning"].startswith("earlier runs:")  # the store ordered the search
+    # the store ordered the search: the first run's best path replayed first
+    assert steps[1]["proposal"]["reasoning"].startswith("replaying the best path"), steps[1]["proposal"]["reasoning"]
+    replayed = [s for s in steps if (s["proposal"] or {}).get("meta", {}).get("replay")]
+    assert replayed and [s["proposal"]["meta"]["replay"] for s in replayed] == list(range(1, len(replayed) + 1))

@@ -15,7 +15,9 @@ same choices): nodes are evaluated programs, edges are KB actions. Each step
   * dead ends are pruned: failed programs are leaves, nodes with nothing left are skipped, and an
     action that failed twice without ever succeeding is dropped.
 
-With a learning store, each step first looks for the (evaluated program, untried action) pair whose
+With a learning store, the run first replays the best path of the earlier run whose start is most like
+this one (`Priors.best_path`: the changes from that start to its best kernel, in order), as long as each
+change applies and succeeds here; then each step looks for the (evaluated program, untried action) pair whose
 predicted reward — the program's reward plus the store's prior for the action on programs like it — is
 highest; when that prediction is a clear gain (> GUIDED_MIN), it is expanded (best-first along what
 worked in earlier runs), and the tree search above decides otherwise.
@@ -35,7 +37,7 @@ import numpy as np
 
 from argus.agent.kb import Action
 from argus.agent.planners.base import Attempt, Node, PlannerContext, PlannerError, Proposal
-from argus.agent.program import Candidate, Edit, EditError, apply_edits
+from argus.agent.program import Candidate, Edit, EditError, apply_edits, parse_edits
 
 FAIL_DELTA = -0.3  # value of a failed action, in reward units (log speedup)
 GUIDED_MIN = 0.02  # a store prediction below this gain leaves the step to the tree search
@@ -144,6 +146,9 @@ class BuiltinPlanner:
         visits: dict[str, int] = {}
         values: dict[str, float] = {}
         if ctx.priors is not None and len(ctx.priors):
+            replay = self._replay(ctx, nodes, children, seen)
+            if replay is not None:
+                return replay
             guided = self._guided(ctx, nodes, tried, seen, fails, wins, deltas, tdeltas, rng)
             if guided is not None:
                 return guided
@@ -191,6 +196,40 @@ class BuiltinPlanner:
             return Proposal(a.edits + b.edits, None, f"single actions exhausted; composing {a.id} with {b.id} on "
                             f"the best program (step {best.step})", f"{a.id}&{b.id}", a.technique, best.key)
         raise PlannerExhausted("every action and pair of actions has been tried")
+
+    def _replay(self, ctx: PlannerContext, nodes: dict[str, Node], children, seen) -> Proposal | None:
+        """The best path of the earlier run on the most similar start, change by change: follow what this
+        run already evaluated along it and propose the first change not yet tried. A change on the path that
+        failed here, or that no longer applies, ends the replay (the store's priors and the tree search take
+        over); so does a path replayed to its end."""
+        best_path = getattr(ctx.priors, "best_path", None)
+        path = best_path(ctx.start.signature) if best_path is not None and ctx.start.signature else None
+        if path is None:
+            return None
+        node = nodes.get(ctx.start.key)
+        for i, e in enumerate(path.steps):
+            if node is None:
+                return None
+            action = e.get("action") or ""
+            kid = next((c for c in children.get(node.key, ()) if c.action.split("+repair")[0] == action), None)
+            if kid is not None:
+                if not kid.ok:
+                    return None
+                node = nodes.get(kid.key)
+                continue
+            try:
+                edits = parse_edits(e.get("edits") or [])
+                c = apply_edits(node.candidate, edits, ctx.env)
+            except (EditError, KeyError, TypeError, ValueError):
+                return None
+            if c.key in seen:  # reached by another route already: continue the path from there
+                node = nodes.get(c.key)
+                continue
+            return Proposal(edits, None, f"replaying the best path of an earlier run on a similar kernel "
+                            f"(similarity {path.similarity:.2f}, gain {path.gain:+.3f} over its start), change "
+                            f"{i + 1} of {len(path.steps)}: {action}", action, e.get("technique", ""), node.key,
+                            meta={"guided": True, "replay": i + 1})
+        return None
 
     def _guided(self, ctx: PlannerContext, nodes: dict[str, Node], tried, seen, fails, wins, deltas, tdeltas,
                 rng) -> Proposal | None:
