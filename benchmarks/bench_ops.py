@@ -105,16 +105,24 @@ def randn(*shape, dtype=None, scale: float = 1.0):
 # ---- memory-bound ops --------------------------------------------------------------------------------
 
 
-def _row_params(n: int) -> dict:
-    """Whole rows in one block: BN the row rounded up to a power of two, one 16-byte vector per thread."""
+def _row_params(n: int, wide_from: int | None = None) -> dict:
+    """Whole rows in one block: BN the row rounded up to a power of two, one 16-byte vector per thread --
+    two from `wide_from` columns on: fewer registers per block, so two blocks share an SM (chosen from
+    benchmarks/probes/ops_variants.py on the H200, 2026-12-02 03:06 UTC: LayerNorm 8192 columns 51% of
+    copy with 512 threads vs 33% with 1024; softmax 4096 columns 65% vs 59%)."""
     bn = 1 << (n - 1).bit_length()
-    return {"BN": bn, "THREADS": max(32, min(1024, bn // 8))}
+    per = 16 if wide_from is not None and bn >= wide_from else 8
+    return {"BN": bn, "THREADS": max(32, min(1024, bn // per))}
+
+
+WIDE_FROM = {"softmax": 2048, "layernorm": 8192}  # the ops whose long rows run better at 16 elements a thread
+LONG_SOFTMAX = 32768  # past this the row does not fit one block's registers: two kernels (stats, normalize)
 
 
 def softmax_case(m: int, n: int) -> Case:
     import torch
 
-    long = n > 8192
+    long = n > LONG_SOFTMAX  # one pass up to 32768 columns: 45% of copy at 1024x32768 vs 36% for two kernels
     if long:
         stats, norm = kernel("softmax.arg", "softmax_stats"), kernel("softmax.arg", "softmax_normalize")
 
@@ -124,7 +132,7 @@ def softmax_case(m: int, n: int) -> Case:
             return lambda: (a(), b())
         params = {"path": "softmax_stats + softmax_normalize (BN=1024)"}
     else:
-        params = _row_params(n)
+        params = _row_params(n, WIDE_FROM["softmax"] if n <= 8192 else None)
         k = kernel("softmax.arg", "softmax", **params)
 
         def run(s):
@@ -151,7 +159,7 @@ def norm_case(which: str, m: int, n: int) -> Case:
     import torch
     import torch.nn.functional as F
 
-    params = _row_params(n)
+    params = _row_params(n, WIDE_FROM.get(which))
     k = kernel(f"{which}.arg", which, **params)
     eps = 1e-6 if which == "rmsnorm" else 1e-5
 
