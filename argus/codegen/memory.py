@@ -183,9 +183,12 @@ def sview(em: Emitter, ref: ir.Ref) -> SView:
         r0 = r0 if r0 is not None else em.sx(ref.starts[ra])
         c0 = _const(ref.starts[ca])
         c0 = c0 if c0 is not None else em.sx(ref.starts[ca])
-        if ref.extents[ra] is None or ref.extents[ca] is None:
-            raise unsupported(f"a 1-D slice of 2-D shared buffer '{ref.base}'", ref.span)
-        rows, cols = ref.extents[ra], ref.extents[ca]
+        if ref.extents[ca] is None:
+            raise unsupported(f"a column of 2-D shared buffer '{ref.base}'", ref.span,
+                              "copy or load whole rows (a_s[i] or a_s[i, c0 : +n]), or a 2-D tile")
+        # an indexed row is a slice of one row: a_s[i] is row i (a gathered row copied into its tile row)
+        rows = 1 if ref.extents[ra] is None else ref.extents[ra]
+        cols = ref.extents[ca]
     if ref.transposed:
         rows, cols = cols, rows
     return SView(em, buf, lead, r0, c0, rows, cols, ref.transposed)
