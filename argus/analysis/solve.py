@@ -185,10 +185,15 @@ def _jobs() -> int:
     return min(cores, 8)
 
 
-def small_model(trace: Trace, formula, ctx: Context, timeout_ms: int = 8000) -> z3.ModelRef | None:
-    """A model of `formula` under the trace's constraints, with small dims when possible."""
+def small_model(trace: Trace, formula, ctx: Context, timeout_ms: int = 8000,
+                contract: bool = False) -> z3.ModelRef | None:
+    """A model of `formula` under the trace's constraints, with small dims when possible. `contract`: also
+    under the kernel's quantified assumes at the indices the formula reads, so that the index values shown
+    are ones the contract allows (an out-of-bounds gather: idx[0] = T, not a negative index the contract
+    rules out). Data-flow checks leave it off: their replay picks its own contract-satisfying inputs, and
+    a model pinned to the contract can land on a block whose replay another bug stops first."""
     s = solver(timeout_ms)
-    s.add(*trace.constraints, formula)
+    s.add(*trace.constraints, *(contract_facts(ctx, [formula]) if contract else ()), formula)
     small = [d <= SMALL for d in ctx.dims.values()]
     if small and s.check(*small) == z3.sat:
         return s.model()

@@ -44,7 +44,15 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
             continue
         st = got[0] if got is not None and got[0] != VIOLATED else check_batch(trace, [ob], ctx)[0]
         if st == VIOLATED:
-            m = small_model(trace, z3.And(*ob.domain, ob.bad), ctx)
+            bad = z3.And(*ob.domain, ob.bad)
+            m = small_model(trace, bad, ctx, contract=True) or small_model(trace, bad, ctx) \
+                or check_batch(trace, [ob], ctx)[2]
+            if m is None:  # the solver found the violation but no model again within its budget
+                findings.append(Finding("oob-global", UNKNOWN, f"{ob.message} (no counterexample within the "
+                                        "solver's budget)", span, invariant=CHECKS["oob-global"]))
+                status = UNKNOWN if status == VERIFIED else status
+                seen.add(span)
+                continue
             cx = counterexample(m, ctx, ob)
             el = tuple(cx.values[f"element[{d}]"] for d in range(len(idx)))
             cx.thread = int(copy_thread(el, view.shape, view.dtype.bytes, a.kernel.threads)) if view.shape \
