@@ -826,6 +826,20 @@ def _stmt_exprs(s: ir.Stmt):
         yield from sub_exprs(v)
 
 
+def _refuse_high_rank_tiles(kernel: ir.Kernel) -> None:
+    """Register layouts (argus/ir/reg_layout.py) distribute tiles of one or two axes over the threads; a
+    register tile of more axes is refused at the first expression that makes one (shared buffers and
+    global views of any rank are fine: only values held in registers are limited)."""
+    for s in walk_stmts(kernel.body):
+        for e in _stmt_exprs(s):
+            t = e.type
+            if isinstance(t, TileT) and t.space == "reg" and len(t.shape) > 2:
+                raise unsupported(
+                    f"a register tile of {len(t.shape)} axes ({t})", e.span if e.span is not None else s.span,
+                    "register tiles have one or two axes: index the leading axes (X[b, r0 : +BM, c0 : +BN]) and "
+                    "loop over them, or give each its own block (a grid axis)")
+
+
 def generate(kernel: ir.Kernel, path: str | None = None, *, defer_wgmma: bool | None = None,
              blocks_per_sm: int | None = None, uniform_select: bool = True) -> GeneratedKernel:
     """CUDA C++ for a lowered kernel (after the pass pipeline); raises ArgusError on what it cannot emit.
@@ -835,5 +849,6 @@ def generate(kernel: ir.Kernel, path: str | None = None, *, defer_wgmma: bool | 
     minimum blocks per multiprocessor promised in __launch_bounds__ (caps registers at
     65536 / (threads x blocks)); None: two when their shared memory fits (one with roles). uniform_select:
     guard a select() on an index-tile condition with a block-uniform bound test (Emitter.tile_assign)."""
+    _refuse_high_rank_tiles(kernel)
     return Emitter(kernel, path, defer_wgmma=defer_wgmma, blocks_per_sm=blocks_per_sm,
                    uniform_select=uniform_select).generate()

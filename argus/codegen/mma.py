@@ -22,7 +22,9 @@ source tile's fragment holds, in each thread, the elements of the instruction's 
 first) in A-fragment order -- for an f32 accumulator this is its own slot order (FlashAttention-3's
 observation; fragments.register_operand_map checks it) -- and fed to the register-A form
 `wgmma.mma_async ... {d}, {a0..a3}, descB` or to mma.sync in place of ldmatrix. Such a wgmma is
-waited for at once: deferring it would keep its A registers and the accumulator reserved.
+waited for at once: deferring it would keep its A registers and the accumulator reserved. An A operand
+in another layout (a loaded or computed tile, not an accumulator) is written to the scope's shared
+scratch and read back in A-fragment order (_register_a_exchanged).
 """
 
 from __future__ import annotations
@@ -104,7 +106,10 @@ def register_a(em: Emitter, m: ir.Mma) -> str:
     src = em.expr_layout(m.a)
     amap = register_a_map(m, src)
     if amap is None:
-        raise unsupported("this mma's register A operand: its layout is not the instruction's A fragment", m.span)
+        if src.kind == "mma":  # the layout pass refuses these (mma-layout); never silently exchanged
+            raise unsupported("this mma's register A operand: its layout is not the instruction's A fragment",
+                              m.span)
+        return _register_a_exchanged(em, m, src)
     stm = em.tilemap(src)
     loads = em.preload(m.a, stm)
     pack = {"bf16": "ag_pack_bf16x2", "f16": "ag_pack_f16x2"}[m.a.type.dtype.name]
@@ -126,6 +131,52 @@ def register_a(em: Emitter, m: ir.Mma) -> str:
     else:
         for q in range(n):
             em.line(f"{t}[{q // 4}][{q % 4}] = {pack}({elem(int(amap[2 * q]))}, {elem(int(amap[2 * q + 1]))});")
+    return t
+
+
+def _register_a_exchanged(em: Emitter, m: ir.Mma, src: ir.RegLayout) -> str:
+    """A register A operand held in another layout than an accumulator (a loaded, scaled or cast tile):
+    its elements go through the scope's shared scratch (fp32, rows padded by one word) and every thread
+    reads back the elements of its A fragments (layouts.register_a_fragment), packed as register_a packs
+    them."""
+    from argus.codegen.cexpr import c_add
+
+    fa = register_a_fragment(m)
+    stm = em.tilemap(src)
+    loads = em.preload(m.a, stm)
+    rows, cols = m.a.type.shape
+    pitch = cols + 1
+    base = em.scratch(rows * pitch * 4, m.span)
+    sp = f"reinterpret_cast<float*>({base})"
+    pack = {"bf16": "ag_pack_bf16x2", "f16": "ag_pack_f16x2"}[m.a.type.dtype.name]
+    em.features.add("pack")
+    n = fa.slots
+    t = em.tmp("pa")
+    em.line(f"// A operand from registers in layout {src.kind}{list(src.shape)}: to the A fragments "
+            "through shared memory")
+    em.line(f"ag_u32 {t}[{n // 8}][4];")
+    em.sync_scope()
+    em.open("")
+    if stm.replicas > 1:
+        em.open(f"if ({stm.owner()})")
+    em.line("#pragma unroll")
+    r, c = (0 if stm.one_d else stm.row("ag_i")), stm.col("ag_i")
+    em.line(f"for (int ag_i = 0; ag_i < {stm.slots}; ++ag_i) {sp}[({r}) * {pitch} + ({c})] = "
+            f"{em.ex(m.a, 'ag_i', stm, loads, top=True)};")
+    if stm.replicas > 1:
+        em.close()
+    em.close()
+    em.sync_scope()
+    tid = em.scope.tid
+
+    def at(slot: str) -> str:
+        rr = c_add(render_layout(fa.row[0], tid), render_layout(fa.row[1], slot))
+        cc = c_add(render_layout(fa.col[0], tid), render_layout(fa.col[1], slot))
+        return f"{sp}[({rr}) * {pitch} + ({cc})]"
+
+    em.line("#pragma unroll")
+    em.line(f"for (int ag_q = 0; ag_q < {n // 2}; ++ag_q) {t}[ag_q / 4][ag_q % 4] = "
+            f"{pack}({at('2 * ag_q')}, {at('2 * ag_q + 1')});")
     return t
 
 

@@ -774,7 +774,12 @@ class _Checker:
         name = e.func_name
         if name is None:
             if isinstance(e.func, ast.Attribute):
-                raise self.err("type", f"methods are not supported: write {e.func.attr}(x, ...)", e.func)
+                attr = e.func.attr
+                if attr in BUILTINS:
+                    raise self.err("type", f"methods are not supported: write {attr}(x, ...)", e.func)
+                hint = _NUMPY_SPELLINGS.get(attr)
+                raise self.err("type", f"methods are not supported (.{attr}(...))", e.func,
+                               *([hint] if hint else []))
             raise self.err("type", "only builtin functions can be called", e.func)
         if name in self.names:
             raise self.err("type", f"'{name}' is a {self.names[name][0]}, not a function", e.func)
@@ -782,9 +787,10 @@ class _Checker:
             raise self.err("type", f"{name}(...) is only valid as the iterable of a for loop", e)
         fn = BUILTINS.get(name)
         if fn is None:
+            hint = _NUMPY_SPELLINGS.get(name)
             near = _closest(name, list(BUILTINS))
-            raise self.err("undefined-name", f"unknown function '{name}'", e.func,
-                           *([f"did you mean '{near}'?"] if near else []))
+            notes = [hint] if hint else [f"did you mean '{near}'?"] if near else []
+            raise self.err("undefined-name", f"unknown function '{name}'", e.func, *notes)
         return fn(self, e)
 
     def args(self, e: ast.Call, n_min: int, n_max: int, kws: tuple[str, ...] = ()) -> None:
@@ -845,6 +851,21 @@ def _dtype_of_py(v) -> DType:
 def _eval_cmp(op: str, a, b) -> bool:
     return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b,
             "and": bool(a) and bool(b), "or": bool(a) or bool(b)}[op]
+
+
+# NumPy / Triton spellings a kernel writes differently (the reference block takes the NumPy ones)
+_NUMPY_SPELLINGS = {
+    "where": "in a kernel, write select(cond, a, b)",
+    "maximum": "in a kernel, max(a, b) is elementwise (max(x, axis=...) reduces)",
+    "minimum": "in a kernel, min(a, b) is elementwise (min(x, axis=...) reduces)",
+    "mean": "in a kernel, write sum(x, axis=...) * (1.0 / n)",
+    "softmax": "in a kernel, write it out: e = exp(x - max(x, axis=1)[:, None]); e / sum(e, axis=1)[:, None]",
+    "transpose": "in a kernel, write x.T",
+    "matmul": "in a kernel, use mma(a, b, acc)",
+    "dot": "in a kernel, use mma(a, b, acc), or sum(a * b, axis=...)",
+    "astype": "in a kernel, write cast(x, dtype)",
+    "relu": "in a kernel, write max(x, 0.0)",
+}
 
 
 def _closest(name: str, options: list[str]) -> str | None:
@@ -1026,7 +1047,9 @@ def _full(c: _Checker, e: ast.Call) -> Type:
     dt, shape = _typeexpr(c, e.args[0], "full")
     v = c.expr(e.args[1])
     if not isinstance(v, ScalarT):
-        raise c.err("type", "full()'s fill value is a scalar", e.args[1])
+        raise c.err("type", f"full()'s fill value must be a scalar, not a {v}", e.args[1],
+                    "a tile of the right shape is already a value: use it as it is (or broadcast it with "
+                    "x[:, None] / x[None, :], or cast(x, dtype))")
     return TileT(dt, shape, "reg")
 
 

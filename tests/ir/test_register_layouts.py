@@ -173,10 +173,17 @@ def test_register_a_forces_whole_rows(mma: str) -> None:
     assert lays["x"].mma.warps_m == lays["y"].mma.warps_m
 
 
-def test_register_a_from_a_loaded_tile_is_an_error() -> None:
-    src = REG_A.replace("    y = mma(cast(x, bf16), c_s", "    t = load(A[0:+128, 0:+64])\n    y = mma(t, c_s")
-    with pytest.raises(ArgusError, match="register A operand of this mma cannot be used in place"):
-        build_source(src)
+@pytest.mark.parametrize("mma", ["mma.sync", "wgmma"])
+def test_register_a_from_a_loaded_tile_goes_through_shared_memory(mma: str) -> None:
+    """A register A operand that is not an accumulator (a loaded tile) is accepted: the code generator
+    re-distributes it into the instruction's A fragments through its shared scratch."""
+    from argus.codegen.emit import generate
+
+    src = REG_A.replace('"mma.sync"', f'"{mma}"').replace(
+        "    y = mma(cast(x, bf16), c_s", "    t = load(A[0:+128, 0:+64])\n    y = mma(t, c_s")
+    k = build_source(src)
+    assert _layouts(k)["t"].kind == "blocked"
+    assert "to the A fragments through shared memory" in generate(k).source
 
 
 def test_rows_layout_refused_for_rows_across_warpgroups() -> None:

@@ -21,12 +21,16 @@ group the "blocked" layout, except two kinds of 1-D tiles:
   `shfl.xor` across the lanes sharing the row (derived from the fragment's layout modes, checked
   against its tables). Canonical per split of M: accumulators of different widths share it.
 
-Rows must then be whole in a warp (warpgroup): an mma whose result is reduced along rows, combined
-with a row vector, or used as the register A operand of another mma gets warps (warpgroups) that
-split M only (an error at the mma if the shape does not allow it). An mma whose A operand is a
-register tile needs that tile's fragment to hold, in every thread, the instruction's A-fragment
+An mma whose result is used as the register A operand of another mma must have warps (warpgroups)
+that split M only (an error at the mma if the shape does not allow it); one whose result is only
+reduced along rows or combined with a row vector should (rows stay in a warp: shuffles only), and when
+the shape does not allow it the warps split N too and the row reductions combine the warps' partials
+through the code generator's shared scratch (the generic "slice" layout). An mma whose A operand is
+an accumulator tile needs that tile's fragment to hold, in every thread, the instruction's A-fragment
 elements (fragments.register_operand_map, from the tables): true for an accumulator of an mma with
-the same split of M (FlashAttention's P); otherwise an error at the mma.
+the same split of M (FlashAttention's P); otherwise an error at the mma. An A operand in any other
+register layout (a loaded or computed tile) is re-distributed into the A fragments through shared
+memory by the code generator (argus/codegen/mma.py).
 
 `fragment_of` turns a RegLayout into the (thread, slot) -> (row, col) map (argus/ir/fragments.py)
 that the code generator distributes registers by. A group that would need two different fragments
@@ -43,7 +47,7 @@ import dataclasses
 
 import numpy as np
 
-from argus.dsl.diagnostics import error
+from argus.dsl.diagnostics import ArgusError, error
 from argus.dsl.types import DType, TileT
 from argus.ir import nodes as ir
 from argus.ir.fragments import (
@@ -80,7 +84,15 @@ def _divisors(n: int) -> list[int]:
 
 
 def _mma_sync_layout(m: int, n: int, k: int, threads: int, span, whole_rows: bool = False,
-                     kstep: int = 16) -> ir.FragmentLayout:
+                     kstep: int = 16, prefer_rows: bool = False) -> ir.FragmentLayout:
+    """whole_rows: the warps must split M only (a register A operand); prefer_rows: they should (rows
+    reduced or broadcast stay in a warp: shuffles only), else rows span warps and reductions combine the
+    warps' partials through shared memory (argus/codegen/exchange.py)."""
+    if prefer_rows and not whole_rows:
+        try:
+            return _mma_sync_layout(m, n, k, threads, span, True, kstep)
+        except ArgusError:
+            pass
     warps = threads // 32
     if m % 16 or n % 8 or k % kstep:
         raise error("mma-shape", f"mma.sync m16n8k{kstep} cannot tile [{m}, {k}] @ [{k}, {n}]", span,
@@ -105,7 +117,13 @@ def _mma_sync_layout(m: int, n: int, k: int, threads: int, span, whole_rows: boo
 
 
 def _wgmma_layout(m: int, n: int, k: int, threads: int, b_in_regs: bool, span,
-                  whole_rows: bool = False, kstep: int = 16) -> ir.FragmentLayout:
+                  whole_rows: bool = False, kstep: int = 16, prefer_rows: bool = False) -> ir.FragmentLayout:
+    """whole_rows / prefer_rows: as _mma_sync_layout, for warpgroups."""
+    if prefer_rows and not whole_rows:
+        try:
+            return _wgmma_layout(m, n, k, threads, b_in_regs, span, True, kstep)
+        except ArgusError:
+            pass
     if threads % 128:
         raise error("mma-shape", f"wgmma needs whole warpgroups (128 threads); this block has {threads}", span,
                     "launch with warpgroups=N or threads a multiple of 128")
@@ -136,18 +154,21 @@ def _wgmma_layout(m: int, n: int, k: int, threads: int, b_in_regs: bool, span,
 
 
 def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
-    def mma_layout(node: ir.Mma, t: int, whole_rows: bool) -> ir.Mma:
+    def mma_layout(node: ir.Mma, t: int, rows_need: str | None) -> ir.Mma:
         (m, k), n = _shape2(node.a), _shape2(node.b)[1]
-        whole_rows = whole_rows or not isinstance(node.a, ir.Ref)  # a register A: rows whole per warp(group)
+        # a register A operand (its own, or the tile this mma's result becomes): rows whole per warp(group);
+        # rows only reduced or broadcast: preferred whole, else combined across warps
+        whole_rows = rows_need == "must" or not isinstance(node.a, ir.Ref)
+        prefer = rows_need == "prefer"
         dt = node.a.dtype if isinstance(node.a, ir.Ref) else node.a.type.dtype
         kstep = 32 if dt.bytes == 1 else 16  # 8-bit operands: k32 instructions (32 bytes of K, as k16 of bf16)
         if node.instr == "wgmma":
-            lay = _wgmma_layout(m, n, k, t, not isinstance(node.b, ir.Ref), node.span, whole_rows, kstep)
+            lay = _wgmma_layout(m, n, k, t, not isinstance(node.b, ir.Ref), node.span, whole_rows, kstep, prefer)
         else:
-            lay = _mma_sync_layout(m, n, k, t, node.span, whole_rows, kstep)
+            lay = _mma_sync_layout(m, n, k, t, node.span, whole_rows, kstep, prefer)
         return dataclasses.replace(node, layout=lay)
 
-    def fix(stmts, t: int, rows: set[str]):
+    def fix(stmts, t: int, rows: dict[str, str]):
         res = []
         for s in stmts:
             if isinstance(s, ir.Role):
@@ -155,7 +176,7 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
                 continue
             changes = {f: fix(getattr(s, f), t, rows) for f in ("body", "then", "orelse") if hasattr(s, f)}
             s = dataclasses.replace(s, **changes) if changes else s
-            whole = isinstance(s, ir.Let) and s.name in rows
+            whole = rows.get(s.name) if isinstance(s, ir.Let) else None
 
             def fn(node, whole=whole):
                 if isinstance(node, ir.Mma) and node.layout is None:
@@ -285,11 +306,13 @@ def _build_groups(body: tuple[ir.Stmt, ...]) -> tuple[_Groups, dict[int, str]]:
     return g, keys
 
 
-def _whole_row_names(body: tuple[ir.Stmt, ...]) -> set[str]:
-    """Tiles whose rows each warp (warpgroup) must hold whole: those reduced along their rows, combined
-    with a broadcast row vector, or used as the register A operand of an mma (and their groups)."""
+def _whole_row_names(body: tuple[ir.Stmt, ...]) -> dict[str, str]:
+    """Tiles whose rows each warp (warpgroup) should hold whole ("prefer": those reduced along their rows
+    or combined with a broadcast row vector) or must ("must": the register A operand of an mma), with
+    their groups."""
     g, keys = _build_groups(body)
     marked: set[str] = set()
+    must: set[str] = set()
     for s in scope_stmts(body):
         value = _stmt_value(s)
         if value is None:
@@ -298,14 +321,14 @@ def _whole_row_names(body: tuple[ir.Stmt, ...]) -> set[str]:
             if isinstance(node, ir.Reduce) and len(node.x.type.shape) == 2 and node.axis == 1:
                 marked |= {g.find(n) for n in tile_vars(node.x, set())}
             if isinstance(node, ir.Mma) and not isinstance(node.a, ir.Ref):
-                marked |= {g.find(n) for n in tile_vars(node.a, set())}
+                must |= {g.find(n) for n in tile_vars(node.a, set())}
         for node in _reach(value, []):
             if isinstance(node, ir.Reshape) and len(node.type.shape) == 2 and node.type.shape[1] == 1 \
                     and len(value.type.shape) == 2:
                 marked.add(g.find(keys[id(s)]))
             if isinstance(node, ir.Mma) and not isinstance(node.a, ir.Ref):
-                marked.add(g.find(keys[id(s)]))
-    return {n for n in g.parent if g.find(n) in marked}
+                must.add(g.find(keys[id(s)]))
+    return {n: "must" if g.find(n) in must else "prefer" for n in g.parent if g.find(n) in marked | must}
 
 
 def rows_slice(lay: ir.RegLayout) -> Slice:
@@ -489,9 +512,10 @@ def register_a_map(m: ir.Mma, src: ir.RegLayout) -> np.ndarray | None:
 
 
 def _check_register_operands(kernel: ir.Kernel) -> None:
-    """An mma whose A operand is a register tile needs it in the A-fragment layout of the instruction,
+    """An mma whose A operand is an accumulator tile needs it in the A-fragment layout of the instruction,
     element for element in the same thread: true for an accumulator of an mma with the same warp
-    (group) split over M (fragments.register_operand_map proves it from the tables)."""
+    (group) split over M (fragments.register_operand_map proves it from the tables). Other layouts
+    are exchanged through shared memory by the code generator."""
 
     def scope(body, threads: int) -> None:
         lays: dict[str, ir.RegLayout] = {}
@@ -509,9 +533,9 @@ def _check_register_operands(kernel: ir.Kernel) -> None:
                     why = "its register tiles have no single layout"
                 else:
                     (lay,) = src
-                    if lay.kind != "mma":
-                        why = "it is not an mma accumulator"
-                    elif register_a_map(node, lay) is None:
+                    # another kind of layout (a loaded or computed tile) is exchanged through shared
+                    # memory by the code generator (argus/codegen/mma.py _register_a_exchanged)
+                    if lay.kind == "mma" and register_a_map(node, lay) is None:
                         why = (f"its layout ({lay.mma.instr} {lay.mma.warps_m}x{lay.mma.warps_n} over "
                                f"{lay.mma.tile[0]}x{lay.mma.tile[1]}) does not give each thread the A elements the "
                                f"instruction wants ({node.layout.warps_m}x{node.layout.warps_n})")
