@@ -46,12 +46,13 @@ class Counterexample:
     values: dict[str, int] = field(default_factory=dict)  # element indices and other named variables
     sides: dict[str, dict[str, object]] = field(default_factory=dict)  # tag values on each side
     notes: list[str] = field(default_factory=list)
+    scalars: dict[str, int] = field(default_factory=dict)  # integer scalar arguments the model chose
 
     def to_json(self) -> dict:
         return {"dims": self.dims, "block": list(self.block) if self.block else None, "thread": self.thread,
                 "warp": None if self.thread is None else self.thread // 32,
                 "lane": None if self.thread is None else self.thread % 32, "steps": self.steps,
-                "values": self.values, "tags": self.sides, "notes": self.notes}
+                "values": self.values, "tags": self.sides, "notes": self.notes, "scalars": self.scalars}
 
 
 @dataclass

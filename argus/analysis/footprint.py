@@ -250,6 +250,38 @@ class ReferenceContract:
                 code = "reference-footprint"
             self._l1(trace, st, deps, ker, ref, tensor, allpos, code, base, names, cvars)
         self._multiplicity(trace, st, ker, sums, base, names)
+        self._max_fill(trace, st, ker, ref, base, names)
+
+    def _max_fill(self, trace, st, ker, ref, base, names) -> None:
+        """A stored maximum (the element is a max over a reduction, through running maxima): a member
+        whose index atom lies outside its tensor is the zero fill, and 0 is a candidate of the max (not
+        -inf) unless the kernel masked it. The dependency comparison cannot see it (a zero fill depends
+        on nothing). Only where the stored value is the max itself: inside arithmetic (exp(x - max)) the
+        shift may cancel, as in a softmax, and the sums' own obligations apply."""
+        refs = [r for r in _stored_maxima(ref) if r.kind == "max"]
+        kers = [r for r in _stored_maxima(ker) if r.kind == "max" and r.vars]
+        if not refs or not kers:
+            return
+        bads = []
+        for ri, r in enumerate(refs):
+            keys = index_atoms(r)
+            if not keys:
+                continue
+            tensors = {t for t, _p, _v in keys}
+            for n, m in enumerate(kers):
+                atoms = direct_index(m, tensors)
+                if atoms is None:
+                    continue
+                ren = [(v, z3.Int(f"{v.decl().name()}_mx{self.count}_{ri}_{n}")) for v in m.vars]
+                outside = [z3.Not(T.zb(atoms[t].inside)) for t, _p, _v in keys]
+                bad = z3.And(T.zb(m.domain), z3.Not(T.zb(m.body.minf)), z3.Or(*outside))
+                bads.append(z3.substitute(bad, *ren) if ren else bad)
+        if bads:
+            trace.obligations.append(Obligation(
+                "reference-footprint", st.span,
+                f"the stored {self.output} element is a maximum over a position outside its input: the zero "
+                "fill there is a candidate (a mask to -inf is missing)", z3.Or(*bads), base, dict(names),
+                st.step, extra={"kind": "max-fill", "claim": True}))
 
     def lemmas(self, ctx, ref) -> list:
         """Facts about reference functions the kernel's own assumptions pin down: expert_of_rows(r) = e
@@ -297,14 +329,20 @@ class ReferenceContract:
                     extra={"kind": "missing", "tensor": tensor, "exact": T.zb(T.b_and(r_exact, T.b_not(k_exact)))},
                     refine=_refiner(T.zb(k_exact), c, positions)))
 
-    def _pairing(self, r: T.Red, keys, matched, tag: str) -> dict:
+    def _pairing(self, r: T.Red, keys, matched, tag: str, summed: frozenset = frozenset()) -> dict:
         """Each kernel member sums the product the reference sums at the same index: the inputs a member
         multiplies (outside nested sums and running maxima) are the reference's at that index, tensor by
         tensor (a routing weight of top-k slot k with the row of slot k, not of slot k + 1). Returns, per
-        member (by id), the condition under which it differs from reference sum `r`."""
+        member (by id), the condition under which it differs from reference sum `r`.
+
+        `summed`: tensors some reference sum reads at a coordinate that moves with its index. A member that
+        multiplies one of them while `r`'s term does not read it at all is not a term of `r` (a combine's
+        weighted partial w[s] * Op[s] is not a term of the weights' sum w[s], whatever split its weight
+        comes from); a tensor no sum moves (a row scale folded into the operand) is still ignored."""
         ref_atoms = _direct_atoms(r.body)
         if not ref_atoms:
             return {}
+        ref_tensors = {b.tensor for b in ref_atoms}
         out = {}
         for n, (m, atoms) in enumerate(matched):
             guard, _vs = _member_at((m, atoms), keys, [z3.Int(f"pair{self.count}_{tag}_{n}_{i}")
@@ -317,6 +355,9 @@ class ReferenceContract:
             for a, when in _direct_atoms_when(m.body):
                 same = [b for b in ref_atoms if b.tensor == a.tensor]
                 if not same:
+                    if a.tensor in summed and a.tensor not in ref_tensors:
+                        live = z3.And(T.zb(a.inside), when)
+                        bads.append(z3.And(guard, z3.substitute(live, *ren) if ren else live))
                     continue
                 ka = [z3.substitute(as_int(c), *ren) if ren else as_int(c) for c in a.coords]
                 differs = [z3.Or(*[x != z3.substitute(as_int(y), *at) for x, y in zip(ka, b.coords)]) for b in same]
@@ -342,6 +383,8 @@ class ReferenceContract:
             # a member must sum what some reference sum sums at the same index (with several sums, as in
             # s[:, None] - s[None, :], a member pairs with the one it computes, not with every one)
             pairing: dict = {}
+            phantoms: list = []
+            summed = frozenset(t for r in sums for t in summed_tensors(r))
             for ri, r in enumerate(sums):
                 keys = index_atoms(r)
                 if not keys:
@@ -373,8 +416,9 @@ class ReferenceContract:
                             pairs.append(z3.And(ga, gb, distinct))
                         else:
                             pairs.append(z3.And(ga, gb))
-                for mid, bad in self._pairing(r, keys, matched, str(ri)).items():
+                for mid, bad in self._pairing(r, keys, matched, str(ri), summed).items():
                     pairing.setdefault(mid, []).append(bad)
+                phantoms.extend(_phantoms(matched, keys, f"{self.count}_{ri}"))
                 if not pairs:
                     continue
                 label = ", ".join(f"{t}[{p}]" for t, p, _v in keys)
@@ -383,6 +427,14 @@ class ReferenceContract:
                     f"the stored {self.output} element sums some {label} coordinates more than once",
                     z3.Or(*pairs), base, {**names, **{f"{t}[{p}]": xv for (t, p, _v), xv in zip(keys, x)}}, st.step,
                     extra={"kind": "twice"}))
+            if phantoms:
+                # "live" is structural (a zero fill times a 0/1 float mask is live but zero): a claim the
+                # interpreter must reproduce, else unknown
+                trace.obligations.append(Obligation(
+                    "reference-footprint", st.span,
+                    f"the stored {self.output} element sums a term at a position outside its input (a zero "
+                    "fill the arithmetic makes nonzero, e.g. exp(0 - max): a mask that admits the tail)",
+                    z3.Or(*phantoms), base, dict(names), st.step, extra={"kind": "phantom", "claim": True}))
             if pairing:
                 trace.obligations.append(Obligation(
                     "reference-footprint", st.span,
@@ -676,6 +728,37 @@ def direct_index(m: T.Red, tensors: set[str]):
         elif isinstance(x, T.Sel):
             todo.extend((x.a, x.b))
     return {t: a for t, (a, _moves) in atoms.items()} if set(atoms) == tensors else None
+
+
+def _stored_maxima(t: T.Term) -> list[T.Red]:
+    """The max / min reductions a value is, through running maxima (max(m, max(x, axis=1)))."""
+    out, todo, seen = [], [t], set()
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, T.Red) and x.kind in ("max", "min"):
+            out.append(x)
+        elif isinstance(x, T.Op) and x.fn in ("max", "min"):
+            todo.extend(x.args)
+    return out
+
+
+def _phantoms(matched, keys, tag) -> list:
+    """Members of a sum that carry data although their index atom lies outside its tensor: the masked
+    access read the zero fill, and the member's arithmetic made it nonzero (exp(0 - max), (0 - mean)^2),
+    so the kernel sums a term at an index the reference's sum does not have. The dependency comparison
+    cannot see it (a zero fill depends on nothing), and _member_at pairs only members inside."""
+    out = []
+    for n, (m, atoms) in enumerate(matched):
+        ren = [(v, z3.Int(f"{v.decl().name()}_ph{tag}_{n}")) for v in m.vars]
+        outside = [z3.Not(T.zb(atoms[t].inside)) for t, _p, _v in keys]
+        bad = z3.And(T.zb(m.domain), T.zb(m.body.live), z3.Or(*outside))
+        bad = z3.substitute(bad, *ren) if ren else bad
+        if not z3.is_false(z3.simplify(bad)):
+            out.append(bad)
+    return out
 
 
 def _member_at(matched, keys, x, tag):

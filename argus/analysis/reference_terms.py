@@ -82,7 +82,10 @@ class ReferenceTerms:
         self.env.update(ctx.dims)
         self.env.update(kernel.param_dict)
         for s in kernel.scalars:
-            self.env[s.name] = ("scalar", s.name)
+            # an integer argument is the kernel's own symbol (a bound in `arange(N) < n_valid`, an offset):
+            # the reference's masks and indices then use the value the kernel's do; a float one is a value
+            sym = ctx.scalars.get(s.name)
+            self.env[s.name] = sym if sym is not None and z3.is_int(sym) else ("scalar", s.name)
         self.env["inf"] = math.inf
         self.env["pi"] = math.pi
 
@@ -463,10 +466,11 @@ class ReferenceTerms:
         return self.reduce("sum", self.arr(x), axis, keepdims)  # a mean is a scaled sum: same data flow
 
     def fn_maximum(self, a, b, span=None):
-        return self.pointwise("max", [self.arr(a), self.arr(b)])
+        return self.pointwise("max", [self.arr(a), self.arr(b)], lambda x, y: _pick(x, y, False))
 
     def fn_minimum(self, a, b, span=None):
-        return self.pointwise("min", [self.arr(a), self.arr(b)])
+        # of positions too: a clamped index (X[minimum(i, N - 1)]) is still an index computed from positions
+        return self.pointwise("min", [self.arr(a), self.arr(b)], lambda x, y: _pick(x, y, True))
 
     def fn_where(self, c, a, b, span=None):
         c, a, b = self.arr(c), self.arr(a), self.arr(b)
@@ -677,6 +681,14 @@ class ReferenceTerms:
         def elem(ix):
             return T.sel(as_int(a.value(tuple(ix[:-1]))) == as_int(ix[-1]), T.VALUE, T.ZERO)
         return Arr(a.shape + (n,), elem, lambda ix: z3.If(as_int(a.value(tuple(ix[:-1]))) == as_int(ix[-1]), 1, 0))
+
+
+def _pick(x, y, smaller: bool):
+    """min / max of two position values (ints, or reals where either side is a float constant)."""
+    x, y = as_int(x), as_int(y)
+    if x.sort() != y.sort():
+        x, y = (z3.ToReal(v) if z3.is_int(v) else v for v in (x, y))
+    return z3.If(x <= y, x, y) if smaller else z3.If(x >= y, x, y)
 
 
 def _plain(v) -> bool:

@@ -13,6 +13,8 @@ def _cx_lines(f: Finding) -> list[str]:
     head = []
     if cx.dims:
         head.append(" ".join(f"{k}={v}" for k, v in cx.dims.items()))
+    if cx.scalars:
+        head.append(" ".join(f"{k}={v}" for k, v in cx.scalars.items()))
     if cx.block is not None:
         head.append(f"block {tuple(cx.block)}")
     if cx.thread is not None:

@@ -83,7 +83,8 @@ def replay(kernel: ir.Kernel, defines: dict[str, object], f: Finding, seed: int 
             return Replay(False, f"not replayed: dims {dims} are too large for the interpreter")
         dims = small
     try:
-        scalars = resolve_scalars(kernel, defines)
+        # the model's integer scalar arguments (the verifier proves for every value) before the defaults
+        scalars = resolve_scalars(kernel, {**defines, **cx.scalars})
     except ArgusError as exc:
         return Replay(False, f"not replayed: {exc}")
     first = None

@@ -225,6 +225,9 @@ def counterexample(m: z3.ModelRef, ctx: Context, ob: Obligation) -> Counterexamp
     cx.values = {k: value(m, v) for k, v in ob.variables.items()}
     cx.sides = {label: {f: value(m, t) for f, t in fields.items()} for label, fields in ob.sides.items()}
     cx.values.update(tensor_values(m, ctx))
+    # integer scalar arguments the model constrains (a bound n_valid, an offset): the replay runs with them
+    chosen = {d.name() for d in m.decls()}
+    cx.scalars = {n: value(m, v) for n, v in ctx.scalars.items() if z3.is_int(v) and n in chosen}
     return cx
 
 

@@ -210,11 +210,25 @@ def op(fn: str, *args: Term) -> Term:
         zero, minf = zs[0], (ms[0] if fn in ("cast",) else False)
     elif fn in ("sigmoid",):
         zero, minf = False, False
+    elif fn == "select" and len(args) == 3:
+        # select(c, a, b) on data: zero (-inf) where both sides are, or where c is structurally false (a
+        # comparison of two zero fills, 0 > 0) and b is
+        zero = b_or(b_and(zs[1], zs[2]), b_and(zs[0], zs[2]))
+        minf = b_or(b_and(ms[1], ms[2]), b_and(zs[0], ms[2]))
     else:  # comparisons, rsqrt, ...: data, no structural flags
         zero, minf = False, False
     if fn == "cast" and len(args) == 1:
         return args[0]  # a cast changes precision, not data flow
     return Op(fn=fn, args=tuple(args), zero=zero, minf=minf, uninit=un)
+
+
+def cmp(rel: str, a: Term, b: Term) -> Term:
+    """A comparison of data as a 0/1 value: structurally 0 (false) where both sides are structural zeros
+    and the relation is strict (a masked tail compared with 0: `x > 0` reads 0 > 0), else data."""
+    t = op("cmp", a, b)
+    if rel in ("<", ">", "!="):
+        return Op(fn="cmp", args=t.args, zero=b_and(a.zero, b.zero), minf=False, uninit=t.uninit)
+    return t
 
 
 def sel(cond: Bool, a: Term, b: Term) -> Term:

@@ -151,8 +151,19 @@ class TileRules:
                 return z3.If(a <= b, a, b) if e.fn == "min" else z3.If(a >= b, a, b)
             return self._elementwise(ops, e.type.shape, lambda ts: combine(ts[0], ts[1], e.fn), vf, e.fn)
         tiles = [o for o in ops if o.shape] or ops[:1]
-        return self._elementwise(tiles, e.type.shape, lambda ts: unary(ts[0], e.fn),
-                                 (lambda vs: vs[0]) if e.fn == "cast" else None, e.fn)
+        out = self._elementwise(tiles, e.type.shape, lambda ts: unary(ts[0], e.fn),
+                                (lambda vs: vs[0]) if e.fn == "cast" else None, e.fn)
+        if e.fn == "cast" and out.value is not None and out.chain is None:
+            # a positional mask cast to a number is 1 where it holds and a structural 0 elsewhere, so
+            # x * cast(cols < N, f32) masks like select(cols < N, x, 0.0) does
+            def mtags(idx, out=out):
+                c = out.value(idx)
+                if isinstance(c, bool) or z3.is_bool(c):
+                    t = out.tags(idx)
+                    return ElemTags(t.fields, T.sel(c, T.VALUE, T.ZERO), t.origin)
+                return out.tags(idx)
+            return SymTile(out.shape, memo(mtags), out.layout, None, out.value)
+        return out
 
     def _v_Bin(self, e: ir.Bin):
         ops = self._operands((e.a, e.b))
@@ -172,7 +183,10 @@ class TileRules:
         def vf(vs):
             a, b = as_int(vs[0]), as_int(vs[1])
             return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}.get(e.op)
-        return self._elementwise(ops, e.type.shape, lambda ts: combine(ts[0], ts[1], "cmp"), vf)
+        def tags(ts):
+            a, b = ts
+            return ElemTags(merge_fields(a.fields, b.fields), T.cmp(e.op, a.term, b.term), a.origin or b.origin)
+        return self._elementwise(ops, e.type.shape, tags, vf)
 
     def _v_Un(self, e: ir.Un):
         ops = self._operands((e.a,))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import z3
@@ -125,6 +126,15 @@ def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_re
             for f in r.findings:
                 if f.status == VIOLATED:
                     f.replay = replay(kernel, defines, f, contexts=contexts)
+                    # a claim may need particular data to show (a row whose elements are all negative):
+                    # a few more random inputs before it is dropped to unknown
+                    for seed in range(1, 4 if f.claim else 1):
+                        if f.replay.confirmed:
+                            break
+                        again = replay(kernel, defines, dataclasses.replace(f, replay=None), seed=seed,
+                                       contexts=contexts)
+                        if again.confirmed:
+                            f.replay = again
     settle_claims(results)
     notes = a.notes + ([f"{len(traces)} path(s) explored"] if blocked is None or traces else [])
     tested = None

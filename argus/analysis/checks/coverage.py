@@ -117,12 +117,23 @@ def block_coverage(cov: Coverage, a: Analysis, live, out: str) -> None:
     in_range = z3.And(*[z3.And(x >= 0, x < d) for x, d in zip(c, dims)])
     block_names = {str(b) for b in ctx.block}
     base = [x for x in ctx.constraints if not T.mentions(x, block_names)]
+    # A store inside a sequential loop is made once per iteration: which elements a path stores depends on
+    # its trip counts, so a path's condition keeps them, and the question is asked over the explored trip
+    # counts (0..cap; larger ones are the periodicity certificate's, or the verdict is unknown).
+    in_loop = any(s.step for tr, _c in live for s in tr.stores if s.view.base == out)
+    region = None
+    if in_loop:
+        if any(T.mentions(x, block_names) for tr, _c in live for x in tr.trip_constraints):
+            cov.unknown("output-unwritten", next(s.span for tr, _c in live for s in tr.stores if s.view.base == out),
+                        f"'{out}' is stored inside a loop whose trip count depends on the block")
+        else:
+            region = z3.Or(*[z3.And(*tr.trip_constraints) for tr, _c in live])
     groups: dict[tuple, tuple[list, list]] = {}
     for trace, _ctx in live:
         stores = [s for s in trace.stores if s.view.base == out]
-        # which path a block takes: its decisions, not the loop trip counts (explored up to a cap and
-        # certified periodic beyond it, so they do not restrict which blocks store)
-        trips = {x.get_id() for x in trace.trip_constraints}
+        # which path a block takes: its decisions; the loop trip counts only where a store is inside a loop
+        # (explored up to a cap and certified periodic beyond it, they do not restrict which blocks store)
+        trips = set() if region is not None else {x.get_id() for x in trace.trip_constraints}
         path = [x for x in trace.constraints if not (isinstance(x, z3.ExprRef) and x.get_id() in trips)]
         groups.setdefault(signature(stores), (stores, []))[1].append(path)
     # one group: every path makes the same stores, so which path a block takes does not matter
@@ -147,7 +158,8 @@ def block_coverage(cov: Coverage, a: Analysis, live, out: str) -> None:
         starts = tuple(z3.substitute(as_int(x), (ctx.block[0], tv)) for x in st.view.starts)
         prove_schedule(cov, a.kernel, ctx, out, st, starts, ctx.grid[0], st.span, tv)
         return
-    if not cov.done("output-unwritten", out):
+    if not cov.done("output-unwritten", out) and not (in_loop and region is None):
+        ubase = base + ([region] if region is not None else [])
         misses, nearest, quantified = [], [], False
         for stores, paths in groups.values():
             for st in stores:
@@ -169,10 +181,10 @@ def block_coverage(cov: Coverage, a: Analysis, live, out: str) -> None:
         proved = False
         if quantified and None not in nearest:
             s = solver(SOLVER_TIMEOUT_MS)
-            s.add(*base, in_range, *nearest)
+            s.add(*ubase, in_range, *nearest)
             proved = check_split(s) == z3.unsat
         if not proved:
-            cov.record("output-unwritten", base, z3.And(in_range, *misses), ctx, c, out,
+            cov.record("output-unwritten", ubase, z3.And(in_range, *misses), ctx, c, out,
                        f"output '{out}' has elements no block writes", span)
     if not cov.done("output-written-twice", out):
         b1 = tuple(z3.Int(f"p{d}") for d in range(3))
