@@ -323,10 +323,10 @@ class Executor(TileRules, RingRules):
         elif isinstance(s, ir.PipelineFor):
             raise Unsupported("pipeline loop was not expanded", s.span)
         elif isinstance(s, ir.AtomicAdd):
-            # not modelled yet: an atomic add is no race with another atomic add to the element, and the
-            # element it accumulates is a sum over every block / thread that adds to it (coverage, footprint)
-            raise Unsupported("atomic_add: the verifier does not model atomics yet (races between atomic adds, "
-                              "an output accumulated over blocks)", s.span)
+            # bounds as a store's; coverage knows that atomic adds to one element do not race with each
+            # other (argus/analysis/checks/coverage_atomic.py); the footprint of an element accumulated over
+            # blocks is not modelled (an unknown at the store)
+            self.store(s, atomic=True)
         else:
             raise Unsupported(f"{type(s).__name__}", s.span)
 
@@ -632,7 +632,7 @@ class Executor(TileRules, RingRules):
             return _bool(to_bool(m.value(sub)))
         return keep
 
-    def store(self, s: ir.Store) -> None:
+    def store(self, s: ir.Store | ir.AtomicAdd, atomic: bool = False) -> None:
         v = self.view(s.dst, s.span)
         keep = self.store_mask(s, v.shape)
         if keep is not None:
@@ -653,7 +653,7 @@ class Executor(TileRules, RingRules):
             coords = v.coords(idx)
             ok = z3.And(*[z3.And(as_int(c) >= 0, as_int(c) < d) for c, d in zip(coords, dims)])
             return z3.And(ok, keep(idx)) if keep is not None else ok  # masked-off elements are not written
-        self.trace.stores.append(StoreEvent(s.span, v, s.masked, self.step_snapshot(), value, inside))
+        self.trace.stores.append(StoreEvent(s.span, v, s.masked, self.step_snapshot(), value, inside, atomic))
 
     # ---- values ----
     def fresh_idx(self, shape, prefix: str) -> tuple:

@@ -30,6 +30,12 @@ from argus.ir import nodes as ir
 
 def add_store_obligations(kernel: ir.Kernel, trace: Trace, ctx, contracts) -> None:
     for n, st in enumerate(trace.stores):
+        if st.atomic:
+            for code in ("reference-footprint", "store-coordinates", "accumulation-coverage"):
+                trace.unknowns.append(Unknown(code, st.span, f"'{st.view.base}' is accumulated by atomic adds: its "
+                                              "elements are sums over the blocks that add to them, which the "
+                                              "data-flow contract does not model yet"))
+            continue
         idx = tuple(z3.Int(f"o{n}_{d}") for d in range(len(st.view.shape)))
         domain = [c for i, e in zip(idx, st.view.shape) for c in (i >= 0, i < e)]
         written = st.inside(idx)

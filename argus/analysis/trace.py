@@ -126,6 +126,7 @@ class StoreEvent:
     step: dict
     value: object = None  # the stored SymTile (or an ElemTags for a scalar value)
     inside: object = None  # idx -> z3 Bool: element idx of the view is in range and written
+    atomic: bool = False  # an atomic_add: the element accumulates (other adds to it do not race with it)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import z3
 
 from argus.analysis import terms as T
 from argus.analysis.checks.common import Analysis
+from argus.analysis.checks.coverage_atomic import atomic_coverage
 from argus.analysis.checks.coverage_data import data_coverage, data_dependent
 from argus.analysis.checks.coverage_tiles import prove_schedule, tile_coverage
 from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
@@ -98,6 +99,9 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
     if not live:
         return {k: (cov.status[k], cov.findings[k]) for k in CODES}
     for out in a.kernel.outputs:
+        if any(s.atomic for t, _c in live for s in t.stores if s.view.base == out):
+            atomic_coverage(cov, a, live, out)
+            continue
         if any(data_dependent([s for s in t.stores if s.view.base == out], c) for t, c in live):
             for trace, ctx in live:
                 data_coverage(cov, a, trace, ctx, out)
