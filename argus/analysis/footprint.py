@@ -29,12 +29,10 @@ from argus.ir import nodes as ir
 
 
 def add_store_obligations(kernel: ir.Kernel, trace: Trace, ctx, contracts) -> None:
+    sites: dict[str, list[StoreEvent]] = {}
     for n, st in enumerate(trace.stores):
         if st.atomic:
-            for code in ("reference-footprint", "store-coordinates", "accumulation-coverage"):
-                trace.unknowns.append(Unknown(code, st.span, f"'{st.view.base}' is accumulated by atomic adds: its "
-                                              "elements are sums over the blocks that add to them, which the "
-                                              "data-flow contract does not model yet"))
+            sites.setdefault(st.view.base, []).append(st)
             continue
         idx = tuple(z3.Int(f"o{n}_{d}") for d in range(len(st.view.shape)))
         domain = [c for i, e in zip(idx, st.view.shape) for c in (i >= 0, i < e)]
@@ -51,6 +49,45 @@ def add_store_obligations(kernel: ir.Kernel, trace: Trace, ctx, contracts) -> No
             trace.unknowns.append(Unknown("reference-footprint", st.span, reason))
         _implicit_store_coordinates(kernel, trace, st, elem, coords, domain, written, names)
         _implicit_coverage(kernel, trace, ctx, st, elem, domain, written, names)
+    for out, adds in sites.items():
+        _accumulated_obligations(kernel, trace, ctx, out, adds, contracts)
+
+
+def _path(trace, ctx) -> list:
+    """The path's own decisions (the trace's constraints beyond the kernel's: grid ranges, assumes)."""
+    known = {x.get_id() for x in ctx.constraints if isinstance(x, z3.ExprRef)}
+    return [x for x in trace.constraints if isinstance(x, z3.ExprRef) and x.get_id() not in known]
+
+
+def _accumulated_obligations(kernel, trace, ctx, out: str, adds: list[StoreEvent], contracts) -> None:
+    """An output accumulated by atomic adds: the value an element ends with (argus.analysis.atomic_terms)
+    against the reference's, seen from the element's place in the first add site's view."""
+    from argus.analysis.atomic_terms import accumulated
+
+    contract = contracts.get(out) if contracts is not None else None
+    block_names = {str(b) for b in ctx.block}
+    why = None
+    if contract is None or isinstance(contract, str):
+        why = contract or "an output accumulated by atomic adds needs a reference: block"
+    elif trace.tiles:
+        why = "atomic adds inside a persistent tile loop (the sum over tiles is not modelled)"
+    elif any(T.mentions(x, block_names) for x in _path(trace, ctx)):
+        why = "blocks take different paths, so the sum over the blocks that add is not one path's"
+    elif any(st.view.transposed for st in adds):
+        why = "a transposed view of an accumulated output"
+    if why is not None:
+        for code in ("reference-footprint", "store-coordinates", "accumulation-coverage"):
+            trace.unknowns.append(Unknown(code, adds[0].span, f"'{out}' is accumulated by atomic adds: {why}"))
+        return
+    st = adds[0]
+    idx = tuple(z3.Int(f"oa_{out}_{d}") for d in range(len(st.view.shape)))
+    domain = [c for i, e in zip(idx, st.view.shape) for c in (i >= 0, i < e)]
+    coords = tuple(as_int(c) for c in st.view.coords(idx))
+    elem = st.value.tags(idx)
+    term = accumulated(out, coords, adds, ctx, out)
+    names = {f"element[{d}]": i for d, i in enumerate(idx)}
+    contract.obligations(trace, ctx, st, idx, coords, type(elem)(elem.fields, term, elem.origin), domain,
+                         st.inside(idx), names)
 
 
 # ---- the contract implied by axis names (no analysable reference) ----

@@ -3,14 +3,15 @@
 An atomic add reads what the element holds and adds to it, so its tensor is an input as well, and "every
 element written exactly once" is not its contract: an element no block adds to keeps its value, and any
 number of atomic adds to one element do not race (the sum does not depend on their order beyond
-rounding). Which elements must receive which sums is the reference's (`T = T + ...`), a footprint over the
-blocks that add, which is not modelled yet (an unknown at the store, argus/analysis/footprint.py).
+rounding). Which sums each element must receive is the reference's (`T = T + ...`), compared by the
+footprint (argus/analysis/atomic_terms.py, argus/analysis/footprint.py).
 
-What coverage does prove: no element is both plain-stored by one block and atomically added to by
-another (blocks are unordered: the result would depend on which runs first), and the kernel does not
-read the tensor while other blocks may be adding to it. A block that both stores and adds to one
-element, or a schedule whose writers are not blocks (a persistent tile loop, data-dependent positions),
-is unknown with the reason.
+What coverage proves: no element is both plain-stored by one block and atomically added to by another
+(blocks are unordered: the result would depend on which runs first); with adds only, every element
+receives one (a claim: a scatter may leave elements alone on purpose, so only a replayed wrong value
+stands); the kernel does not read the tensor while other blocks may be adding to it. A block that both
+stores and adds to one element, or a schedule whose writers are not blocks (a persistent tile loop,
+data-dependent positions), is unknown with the reason.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def atomic_coverage(cov, a, live, out: str) -> None:
                     "adds: a read racing with other blocks' adds is not modelled")
     plain = [(s, tr, c) for s, tr, c in stores if not s.atomic]
     if not plain:
-        return  # only atomic adds: no two of them race, and an element nobody adds to keeps its value
+        _reached(cov, live, out, span)  # only atomic adds: no two of them race
+        return
     if any(tr.tiles for _s, tr, _c in stores):
         for code in CODES:
             cov.unknown(code, span, f"'{out}' is both stored and atomically added to in a persistent tile loop")
@@ -82,3 +84,35 @@ def atomic_coverage(cov, a, live, out: str) -> None:
     if check_split(s) != z3.unsat:
         cov.unknown("output-written-twice", span, f"a block may both store and atomically add to an element of "
                     f"'{out}': the order of its global writes is not modelled")
+
+
+def _reached(cov, live, out: str, span) -> None:
+    """Elements no block adds to keep their input value. The reference usually adds to every element, but
+    may not (a scatter): such an element is a claim the replay must confirm (its value differs from the
+    reference's), else unknown."""
+    from argus.analysis.checks.coverage import candidate_block, covers
+
+    for tr, ctx in live:
+        block_names = {str(b) for b in ctx.block}
+        known = {x.get_id() for x in ctx.constraints if isinstance(x, z3.ExprRef)}
+        path = [x for x in tr.constraints if isinstance(x, z3.ExprRef) and x.get_id() not in known]
+        if any(T.mentions(x, block_names) for x in path):
+            cov.unknown("output-unwritten", span, f"blocks take different paths to their atomic adds to '{out}'")
+            return
+        dims = [as_int(d) if isinstance(d, int) else ctx.dims[d] for d in cov.a.kernel.tensor(out).dims]
+        c = tuple(z3.Int(f"{out}_r{d}") for d in range(len(dims)))
+        misses = []
+        for st in (s for s in tr.stores if s.view.base == out):
+            cb = candidate_block(st, ctx, c)
+            if cb is None:
+                cov.unknown("output-unwritten", span, f"which block adds to an element of '{out}' is not solved")
+                return
+            in_grid = z3.And(*[z3.And(b >= 0, b < as_int(g)) for b, g in zip(cb, ctx.grid)])
+            misses.append(z3.Not(z3.And(in_grid, covers(st, cb, ctx, c))))
+        base = [x for x in ctx.constraints if not T.mentions(x, block_names)] + path
+        in_range = z3.And(*[z3.And(x >= 0, x < d) for x, d in zip(c, dims)])
+        cov.record("output-unwritten", base, z3.And(in_range, *misses), ctx, c, out,
+                   f"output '{out}' has elements no block adds to (they keep their input value)", span, claim=True,
+                   unproved=f"whether every element of '{out}' receives an atomic add is not proved")
+        if cov.status["output-unwritten"] == VIOLATED:
+            return
