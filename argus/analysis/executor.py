@@ -37,6 +37,40 @@ TRACE_CHECKS = ("mma-contraction", "mma-accumulator", "store-coordinates", "accu
                 "mma-layout", "misaligned-copy", "deadlock")
 
 
+
+def read_before_assigned(stmts) -> set[str]:
+    """Names a statement list assigns (Let) and reads before its first assignment in program order; a
+    nested loop's first iteration reads the value from before it; what a branch or a loop body assigns
+    is not assigned after it (it may not run)."""
+    assigned: set[str] = set()
+    lets: set[str] = set()
+    early: set[str] = set()
+
+    def reads(node) -> set[str]:
+        return {x.name for x in walk(node) if isinstance(x, ir.Var)}
+
+    def scan(body) -> None:
+        for st in body:
+            if isinstance(st, ir.Let):
+                early.update(reads(st.value) - assigned)
+                assigned.add(st.name)
+                lets.add(st.name)
+            elif isinstance(st, (ir.For, ir.If, ir.Role, ir.PipelineFor)):
+                for f in ("start", "stop", "step", "cond", "count"):
+                    if getattr(st, f, None) is not None:
+                        early.update(reads(getattr(st, f)) - assigned)
+                before = set(assigned)
+                for f in ("body", "then", "orelse", "producer", "consumer"):
+                    sub = getattr(st, f, None)
+                    if sub:
+                        scan(sub)
+                assigned.intersection_update(before)  # a branch or a loop body may not run
+            else:
+                early.update(reads(st) - assigned)
+    scan(tuple(stmts))
+    return early & lets
+
+
 class _Fork(Exception):
     pass
 
@@ -250,6 +284,9 @@ class Executor(TileRules, RingRules):
             if isinstance(s.value, ir.Load) and not isinstance(s.value.type, TileT):
                 # a scalar read from a tensor keeps its origin (tensor and coordinates) as tags
                 self.agent.env[f"{s.name}#tags"] = self.scalar_load_tags(s.value)
+            elif (tags := self.scalar_tags(s.value)) is not None:
+                # a scalar computed from such reads (`n = max(load(len[r]), 1)`) keeps their origins
+                self.agent.env[f"{s.name}#tags"] = tags
             else:
                 self.agent.env.pop(f"{s.name}#tags", None)
         elif isinstance(s, ir.AllocShared):
@@ -379,6 +416,7 @@ class Executor(TileRules, RingRules):
             self.trace.unknowns.extend(Unknown(c, s.span, "async copies are in flight when the tile loop starts; "
                                                "the tile-loop abstraction needs none") for c in TRACE_CHECKS)
         self.stale_records(s)
+        self.carried_across_tiles([(self.agent, s)], s.span)
         for k, tile in enumerate((t, t + as_int(g))):
             if k == 1 and not self.decide(tile < as_int(n), s.span):
                 break
@@ -390,6 +428,19 @@ class Executor(TileRules, RingRules):
                                                    "tile; the tile-loop abstraction needs none across tiles")
                                            for c in TRACE_CHECKS)
         self.steps.pop(s.var, None)
+
+    def carried_across_tiles(self, loops, span) -> bool:
+        """Register values a tile-loop body reads before assigning them, defined before the loop: a
+        block's later tiles start from what its earlier tiles left (an accumulator zeroed once, before
+        the loop). The arbitrary tile t runs from the loop-entry values (exact for the block's first
+        tile) and the next tile t + G from t's (exact for the second); later tiles are not modelled,
+        so such a loop is unknown where the two tiles do not already show a violation."""
+        names = sorted({n for agent, loop in loops for n in read_before_assigned(loop.body) if n in agent.env})
+        if names:
+            self.trace.unknowns.extend(Unknown(c, span, f"a register value ({', '.join(names)}) is carried across the "
+                                               "tiles of a persistent loop; only a block's first two tiles are "
+                                               "modelled") for c in TRACE_CHECKS)
+        return bool(names)
 
     def quiescent(self) -> bool:
         pending = any(b.pending for bars in self.barriers.values() for b in bars)

@@ -240,6 +240,8 @@ class RingRules:
         # stages across tiles): run it when a tile touches such memory
         other = any(isinstance(x, ir.Ref) and x.space == "shared" and x.base not in plan.buffers
                     for loop in (lp, lc) for x in walk(loop.body))
+        # and when a register value is carried from tile to tile (the next tile starts from this one's)
+        other = self.carried_across_tiles([(prod, lp), (cons, lc)], lp.span) or other
         for k, tile in enumerate((t, t + as_int(g))):
             if k == 1 and (not other or not self.decide(tile < as_int(n), lp.span)):
                 break

@@ -9,7 +9,7 @@ from __future__ import annotations
 import z3
 
 from argus.analysis import terms as T
-from argus.analysis.symbolic import Unsupported, as_int
+from argus.analysis.symbolic import Unsupported, as_int, to_bool
 from argus.analysis.trace import Obligation, Unknown, View
 from argus.analysis.values import (
     ElemTags,
@@ -91,7 +91,40 @@ class TileRules:
             return self.scalar_load_tags(x).term
         if isinstance(x, ir.Const):
             return T.lit_for(x.value)
-        return T.VALUE
+        tags = self.scalar_tags(x)
+        return tags.term if tags is not None else T.VALUE
+
+    def scalar_tags(self, x: ir.Expr) -> ElemTags | None:
+        """The tags of a scalar computed from scalar reads of tensors (`max(load(len[r]), 1)`,
+        `1.0 / load(s[e])`): the reads' origins through the arithmetic, so the value depends on the
+        elements it was read from. None for a scalar that reads no tensor (index arithmetic, constants)."""
+        if isinstance(x.type, TileT):
+            return None
+        if isinstance(x, ir.Var):
+            return self.agent.env.get(f"{x.name}#tags")
+        if isinstance(x, ir.Load):
+            return self.scalar_load_tags(x)
+        if isinstance(x, (ir.Bin, ir.Math, ir.Un, ir.Cmp, ir.Select)):
+            subs = list(x.args) if isinstance(x, ir.Math) else \
+                [y for y in (getattr(x, "cond", None), x.a, x.b if not isinstance(x, ir.Un) else None) if y is not None]
+            got = [self.scalar_tags(y) for y in subs]
+            if all(t is None for t in got):
+                return None
+            tags = [t if t is not None else ElemTags({}, T.MINF if _is_neg_inf(y) else self._scalar_term(y), "")
+                    for y, t in zip(subs, got)]
+            if isinstance(x, ir.Select):
+                c = to_bool(self.scalar(x.cond))
+                a, b = tags[1], tags[2]
+                return ElemTags(merge_fields(a.fields, b.fields), T.sel(c, a.term, b.term), a.origin or b.origin)
+            if isinstance(x, ir.Cmp):
+                return ElemTags(merge_fields(tags[0].fields, tags[1].fields), T.cmp(x.op, tags[0].term, tags[1].term),
+                                tags[0].origin or tags[1].origin)
+            if isinstance(x, ir.Un):
+                return unary(tags[0], "neg" if x.op == "-" else x.op)
+            if isinstance(x, ir.Math) and x.fn not in ("min", "max"):
+                return unary(tags[0], x.fn)
+            return combine(tags[0], tags[1], x.fn if isinstance(x, ir.Math) else x.op)
+        return None
 
     def _operands(self, exprs) -> list[SymTile]:
         """Each operand as a SymTile (scalars become constant tiles of rank 0)."""
@@ -105,6 +138,8 @@ class TileRules:
                 tags = self.agent.env[f"{x.name}#tags"]  # a scalar read from a tensor: its origin
             elif isinstance(x, ir.Load):
                 tags = self.scalar_load_tags(x)
+            elif (got := self.scalar_tags(x)) is not None:
+                tags = got  # a scalar computed from tensor reads: their origins
             else:
                 tags = ElemTags({}, T.MINF if _is_neg_inf(x) else self._scalar_term(x), "")
             val = v if (isinstance(v, (int, bool)) or z3.is_int(v) or z3.is_bool(v)) else None
@@ -175,6 +210,21 @@ class TileRules:
                 return {"&": z3.And, "|": z3.Or}.get(op, lambda x, y: None)(_bool(a), _bool(b))
             return {"+": lambda: as_int(a) + b, "-": lambda: as_int(a) - b, "*": lambda: as_int(a) * b,
                     "//": lambda: as_int(a) / b, "%": lambda: as_int(a) % b}.get(op, lambda: None)()
+        if (op == "&" and e.type.dtype.kind == "bool" and len(ops) == 2
+                and [t.value is None for t in ops].count(True) == 1):
+            # a data condition and a positional mask (`(x > lo) & (cols < N)`): false wherever the mask
+            # is, so a select on it takes its other side there (the tail is masked, not data)
+            pos, data = (ops[0], ops[1]) if ops[0].value is not None else (ops[1], ops[0])
+            n = len(e.type.shape)
+            false = ElemTags({}, T.ZERO, "")
+
+            def mtags(idx, pos=pos, data=data):
+                c = pos.value(broadcast_index(pos, idx, n))
+                c = _bool(c) if not isinstance(c, bool) else c
+                return merge_if(c, data.tags(broadcast_index(data, idx, n)), false)
+            tiles = [t for t in ops if t.shape]
+            layout = next((t.layout for t in tiles if t.layout is not None), None)
+            return SymTile(e.type.shape, memo(mtags), layout, None, None)
         return self._elementwise(ops, e.type.shape, lambda ts: combine(ts[0], ts[1], op), vf, op)
 
     def _v_Cmp(self, e: ir.Cmp):
@@ -216,8 +266,13 @@ class TileRules:
         # a condition on data: the element depends on the condition and both sides
         def dtags(idx):
             tc, ta, tb = (t.tags(broadcast_index(t, idx, n)) for t in (cond, a, b))
-            return ElemTags(merge_fields(ta.fields, tb.fields), T.op("select", tc.term, ta.term, tb.term),
-                            ta.origin or tb.origin)
+            ct, guard = tc.term, []
+            while isinstance(ct, T.Sel) and isinstance(ct.b, T.Lit) and ct.b.kind == "zero":
+                guard.append(ct.cond)  # a data condition under a positional mask (false outside it)
+                ct = ct.a
+            inner = ElemTags(merge_fields(ta.fields, tb.fields), T.op("select", ct, ta.term, tb.term),
+                             ta.origin or tb.origin)
+            return merge_if(z3.And(*[_bool(g) for g in guard]), inner, tb) if guard else inner
         return SymTile(e.type.shape, memo(dtags), layout, None, None)
 
     def _v_Reduce(self, e: ir.Reduce):

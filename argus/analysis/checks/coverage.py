@@ -55,7 +55,8 @@ class Coverage:
     def done(self, code: str, out: str) -> bool:
         return any(f"'{out}'" in f.message for f in self.findings[code] if f.status == VIOLATED)
 
-    def record(self, code, base, formula, ctx, c, out, msg, span, notes=(), purified=False, claim=False) -> None:
+    def record(self, code, base, formula, ctx, c, out, msg, span, notes=(), purified=False, claim=False,
+               unproved: str | None = None) -> None:
         """Ask for a model of `formula` under `base`: a violation with a counterexample, or nothing."""
         s = solver(SOLVER_TIMEOUT_MS)
         s.add(*base, formula)
@@ -67,8 +68,8 @@ class Coverage:
             # one short attempt (a long search would buy nothing better than unknown)
             r = check_split(s, small, timeout_ms=CLAIM_TIMEOUT_MS)
             if r == z3.unknown:
-                self.unknown(code, span, f"coverage of {out} through a remapped block index over data-dependent "
-                             "tiles is not modelled exactly, and the solver found no proof")
+                self.unknown(code, span, unproved or f"coverage of {out} through a remapped block index over "
+                             "data-dependent tiles is not modelled exactly, and the solver found no proof")
                 return
         else:
             r = check_split(s, small)
@@ -168,6 +169,22 @@ def block_coverage(cov: Coverage, a: Analysis, live, out: str) -> None:
         for stores, paths in groups.values():
             for st in stores:
                 cb = candidate_block(st, ctx, c)
+                free = [] if single or cb is None else free_axes(st, ctx)
+                if free:
+                    # a grid axis the store does not move with (which output a block writes, picked by an
+                    # `if` on block_id(1)): any block along it may be the writer, not only block 0
+                    alts = along_free_axes(cb, free, ctx)
+                    if alts is not None:
+                        nearest.append(z3.Not(z3.Or(*[z3.And(in_grid(b), cond(paths, b), covers(st, b, ctx, c))
+                                                      for b in alts])))
+                        misses.append(nearest[-1])
+                        continue
+                    quantified = True
+                    fv = [z3.Int(f"free{k}") for k in free]
+                    bq = tuple(fv[free.index(k)] if k in free else x for k, x in enumerate(cb))
+                    misses.append(z3.ForAll(fv, z3.Not(z3.And(in_grid(bq), cond(paths, bq), covers(st, bq, ctx, c)))))
+                    nearest.append(z3.Not(z3.And(in_grid(cb), cond(paths, cb), covers(st, cb, ctx, c))))
+                    continue
                 if cb is None:
                     quantified = True
                     bq = tuple(z3.Int(f"q{d}") for d in range(3))
@@ -213,6 +230,31 @@ def block_coverage(cov: Coverage, a: Analysis, live, out: str) -> None:
 def _one_d(ctx) -> bool:
     return all(z3.is_int_value(z3.simplify(as_int(g))) and z3.simplify(as_int(g)).as_long() == 1
                for g in ctx.grid[1:])
+
+
+def free_axes(st, ctx) -> list[int]:
+    """The grid axes whose block id neither the store's starts nor its where= mask mention."""
+    exprs = [as_int(x) for x in st.view.starts]
+    if st.view.keep is not None:
+        exprs.append(T.zb(st.view.keep(tuple(z3.Int(f"_k{d}") for d in range(len(st.view.shape))))))
+    return [k for k, b in enumerate(ctx.block) if not any(T.mentions(x, {str(b)}) for x in exprs)]
+
+
+def along_free_axes(cb, free: list[int], ctx, limit: int = 16) -> list[tuple] | None:
+    """Every block that differs from `cb` only on the free axes, where those grid sizes are constants
+    (at most `limit` blocks in all); None otherwise."""
+    sizes = []
+    for k in free:
+        g = z3.simplify(as_int(ctx.grid[k]))
+        if not z3.is_int_value(g):
+            return None
+        sizes.append(g.as_long())
+    out = [tuple(cb)]
+    for k, n in zip(free, sizes):
+        out = [b[:k] + (z3.IntVal(v),) + b[k + 1:] for b in out for v in range(n)]
+        if len(out) > limit:
+            return None
+    return out
 
 
 def covers(st, blk, ctx, c):
