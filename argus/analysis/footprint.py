@@ -79,15 +79,22 @@ def _accumulated_obligations(kernel, trace, ctx, out: str, adds: list[StoreEvent
         for code in ("reference-footprint", "store-coordinates", "accumulation-coverage"):
             trace.unknowns.append(Unknown(code, adds[0].span, f"'{out}' is accumulated by atomic adds: {why}"))
         return
-    st = adds[0]
-    idx = tuple(z3.Int(f"oa_{out}_{d}") for d in range(len(st.view.shape)))
-    domain = [c for i, e in zip(idx, st.view.shape) for c in (i >= 0, i < e)]
-    coords = tuple(as_int(c) for c in st.view.coords(idx))
-    elem = st.value.tags(idx)
-    term = accumulated(out, coords, adds, ctx, out)
-    names = {f"element[{d}]": i for d, i in enumerate(idx)}
-    contract.obligations(trace, ctx, st, idx, coords, type(elem)(elem.fields, term, elem.origin), domain,
-                         st.inside(idx), names)
+    # every add site observes the elements its view covers (two sites may add to different elements), once
+    # per distinct view
+    seen: set = set()
+    for k, st in enumerate(adds):
+        key = (tuple(str(s) for s in st.view.starts), st.view.extents)
+        if key in seen:
+            continue
+        seen.add(key)
+        idx = tuple(z3.Int(f"oa_{out}_{k}_{d}") for d in range(len(st.view.shape)))
+        domain = [c for i, e in zip(idx, st.view.shape) for c in (i >= 0, i < e)]
+        coords = tuple(as_int(c) for c in st.view.coords(idx))
+        elem = st.value.tags(idx)
+        term = accumulated(out, coords, adds, ctx, f"{out}_{k}")
+        names = {f"element[{d}]": i for d, i in enumerate(idx)}
+        contract.obligations(trace, ctx, st, idx, coords, type(elem)(elem.fields, term, elem.origin), domain,
+                             st.inside(idx), names)
 
 
 # ---- the contract implied by axis names (no analysable reference) ----

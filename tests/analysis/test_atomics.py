@@ -80,3 +80,28 @@ def test_an_accumulation_whose_blocks_take_different_paths_is_unknown():
 def test_an_out_of_bounds_atomic_add_is_violated():
     r, by = _verify(body="    atomic_add(S[bn * BN + 1 : +BN], part, masked=False)")
     assert by["oob-global"].status == VIOLATED
+
+
+TWO_SITES = """
+kernel two_sites(X: f32[M, N], S: f32[N]):
+    param BM = 32
+    param BN = 64
+    launch grid=(cdiv(M, BM), cdiv(N, 2 * BN)), threads=128
+    bm = block_id(0)
+    bn = block_id(1)
+    a = sum(load(X[bm * BM : +BM, bn * 2 * BN : +BN]), axis=0)
+    b = sum(load(X[bm * BM : +BM, bn * 2 * BN : +BN]), axis=0)
+    atomic_add(S[bn * 2 * BN : +BN], a)
+    atomic_add(S[bn * 2 * BN + BN : +BN], b)
+reference:
+    S = S + sum(X, axis=0)
+"""
+
+
+def test_a_wrong_value_at_the_second_add_site_is_violated():
+    """Each add site observes the elements its own view covers: the second half's adds read the first
+    half's columns."""
+    k = build_source(TWO_SITES, {}, None, path="<two_sites>")
+    r = verify(k, test=False, do_replay=True)
+    bad = [f for c in r.results for f in c.findings if f.status == VIOLATED and f.span.line == 11]
+    assert bad and all(f.replay is not None and f.replay.confirmed for f in bad), [f.message for f in bad]
