@@ -53,7 +53,7 @@ def test_check_records(capsys):
     for c in j["checks"]:
         keys("check.check", c)
     keys("check.tested", j["tested"])
-    assert j["tested"]["ok"] is True and len(j["tested"]["shapes"]) == 2
+    assert j["tested"]["ok"] is True and len(j["tested"]["shapes"]) == 3
     for t in j["tested"]["shapes"]:
         keys("check.tested.shape", t)
     code, j = emit(capsys, "check", str(EXAMPLES / "bugs" / "oob_shared_stage_plus_one.arg"))
