@@ -201,8 +201,10 @@ class BlockMachine:
                         raise InterpError("precondition", f"the kernel's assume(lambda {p}: ..., over={n}) does not "
                                           f"hold for {p} = {i}", s.span,
                                           f"block {self.block[:len(self.k.grid)]}: " + ", ".join(vals),
-                                          "the kernel was written for inputs that satisfy it; build the routing "
-                                          "metadata with argus.moe", details={"block": self.block, "values": vals})
+                                          "the kernel was written for inputs that satisfy it: pass integer "
+                                          "tensors that do (random ones are drawn in [0, 8)), or, for MoE routing "
+                                          "metadata, build them with argus.moe",
+                                          details={"block": self.block, "values": vals})
             finally:
                 if saved is None:
                     self.env.pop(p, None)
@@ -214,7 +216,8 @@ class BlockMachine:
                 raise InterpError("precondition", "the kernel's assume(...) does not hold for these inputs", s.span,
                                   f"block {self.block[:len(self.k.grid)]}: " + (", ".join(vals) or "no runtime values"),
                                   "the kernel was written for inputs that satisfy it; pick other dims or pad, "
-                                  "or build the routing metadata with argus.moe",
+                                  "pass integer tensors that satisfy it, or, for MoE routing metadata, build "
+                                  "them with argus.moe",
                                   details={"block": self.block, "values": vals})
         elif isinstance(s, ir.AssertTag):
             pass  # tag relations are proved statically by argus.analysis, not checked at run time
