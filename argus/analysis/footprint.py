@@ -23,7 +23,7 @@ from argus.analysis import terms as T
 from argus.analysis.dependencies import UNWRITTEN, Dependencies, tensors_of
 from argus.analysis.solving import fix_model, solve
 from argus.analysis.symbolic import as_int, solver
-from argus.analysis.trace import Obligation, StoreEvent, Trace, Unknown
+from argus.analysis.trace import Obligation, StoreEvent, Trace, Unknown, path_decisions
 from argus.analysis.values import origin_keys
 from argus.ir import nodes as ir
 
@@ -53,12 +53,6 @@ def add_store_obligations(kernel: ir.Kernel, trace: Trace, ctx, contracts) -> No
         _accumulated_obligations(kernel, trace, ctx, out, adds, contracts)
 
 
-def _path(trace, ctx) -> list:
-    """The path's own decisions (the trace's constraints beyond the kernel's: grid ranges, assumes)."""
-    known = {x.get_id() for x in ctx.constraints if isinstance(x, z3.ExprRef)}
-    return [x for x in trace.constraints if isinstance(x, z3.ExprRef) and x.get_id() not in known]
-
-
 def _accumulated_obligations(kernel, trace, ctx, out: str, adds: list[StoreEvent], contracts) -> None:
     """An output accumulated by atomic adds: the value an element ends with (argus.analysis.atomic_terms)
     against the reference's, seen from the element's place in the first add site's view."""
@@ -71,7 +65,7 @@ def _accumulated_obligations(kernel, trace, ctx, out: str, adds: list[StoreEvent
         why = contract or "an output accumulated by atomic adds needs a reference: block"
     elif trace.tiles:
         why = "atomic adds inside a persistent tile loop (the sum over tiles is not modelled)"
-    elif any(T.mentions(x, block_names) for x in _path(trace, ctx)):
+    elif any(T.mentions(x, block_names) for x in path_decisions(trace, ctx)):
         why = "blocks take different paths, so the sum over the blocks that add is not one path's"
     elif any(st.view.transposed for st in adds):
         why = "a transposed view of an accumulated output"

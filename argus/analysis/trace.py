@@ -157,3 +157,9 @@ class Trace:
     deadlock: Span | None = None
 
 
+
+
+def path_decisions(trace: Trace, ctx) -> list:
+    """The path's own constraints: the trace's beyond the kernel's (grid ranges, assumes) in `ctx`."""
+    known = {x.get_id() for x in ctx.constraints if hasattr(x, "get_id")}
+    return [x for x in trace.constraints if hasattr(x, "get_id") and x.get_id() not in known]

@@ -22,6 +22,7 @@ from argus.analysis import terms as T
 from argus.analysis.findings import VIOLATED
 from argus.analysis.solving import check_split
 from argus.analysis.symbolic import SOLVER_TIMEOUT_MS, as_int, solver
+from argus.analysis.trace import path_decisions
 
 CODES = ("output-unwritten", "output-written-twice")
 
@@ -94,8 +95,7 @@ def _reached(cov, live, out: str, span) -> None:
 
     for tr, ctx in live:
         block_names = {str(b) for b in ctx.block}
-        known = {x.get_id() for x in ctx.constraints if isinstance(x, z3.ExprRef)}
-        path = [x for x in tr.constraints if isinstance(x, z3.ExprRef) and x.get_id() not in known]
+        path = path_decisions(tr, ctx)
         if any(T.mentions(x, block_names) for x in path):
             cov.unknown("output-unwritten", span, f"blocks take different paths to their atomic adds to '{out}'")
             return
