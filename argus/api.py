@@ -4,7 +4,8 @@
     ir = k.lower(M=256, N=256, K=128)           # front end + lowering (raises ArgusError, located)
     v = k.verify(M=256, N=256, K=128)           # the Z3 verifier: v.status, v.findings, v.to_json()
     k(A, B, C)                                  # NumPy arrays: the interpreter, in place;
-                                                # torch / cupy CUDA arrays: compiled and launched
+                                                # torch / cupy CUDA arrays: compiled and launched, with
+                                                # the params of the `specialize` the shapes select
 """
 
 from __future__ import annotations
@@ -96,8 +97,22 @@ class Kernel:
         from argus.runtime.arguments import bind_arguments, validate
 
         k = self._lowered()
-        _, _, device = validate(k, bind_arguments(k, args, kwargs))  # argument errors before any compile
-        return self.gpu(device)(*args, stream=stream, **kwargs)
+        _, dims, device = validate(k, bind_arguments(k, args, kwargs))  # argument errors before any compile
+        return self.specialized(dims).gpu(device)(*args, stream=stream, **kwargs)
+
+    def specialized(self, dims: dict[str, int]) -> Kernel:
+        """This kernel with the params of the `specialize` statement the dims select (argus/specialize.py),
+        or itself when none applies; each specialized kernel is built once."""
+        from argus.specialize import pick
+
+        sp = pick(self.node, self.params, dims)
+        if sp is None:
+            return self
+        key = tuple(sorted(sp.params.items()))
+        cache = self.__dict__.setdefault("_specialized", {})
+        if key not in cache:
+            cache[key] = self.with_params(**sp.params)
+        return cache[key]
 
     def _lowered(self) -> ir.Kernel:
         """The IR with only the params bound (dims come from each call's arrays), lowered once."""

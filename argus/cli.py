@@ -194,11 +194,38 @@ def _check_one(args, src, defines: dict[str, object]) -> tuple[int, dict]:
     returned. -D values override the params a .py decorator binds. The verification (argus.verification,
     as Kernel.verify) checks the dims, declines loops too long to walk and turns a RecursionError into
     unknown; this whole command runs in the bounded child (see _bounded)."""
+    from argus.dsl import ast
+    from argus.specialize import specializations
+
+    defines = src.defines(defines)
+    params = {s.name for s in src.node.body if isinstance(s, ast.Param)}
+    # every `specialize` param set is checked too, each for all dims (the runtime may pick any of them)
+    variants = [(None, defines)] + [(sp, {**defines, **sp.params})
+                                    for sp in specializations(src.node, {k: v for k, v in defines.items()
+                                                                         if k in params})]
+    codes, recs = [], []
+    for sp, d in variants:
+        if sp is not None and args.format == "text":
+            print(f"{args.file}: kernel '{src.name}' {sp.describe()}")
+        code, rec = _check_params(args, src, d)
+        if sp is not None:
+            rec = {"specialize": {"line": sp.span.line, "params": sp.params}, **rec}
+        codes.append(code)
+        recs.append(rec)
+    code = EXIT_ERROR if EXIT_ERROR in codes else EXIT_UNKNOWN if EXIT_UNKNOWN in codes else max(codes)
+    rec = recs[0]
+    if len(recs) > 1:
+        rec = {**rec, "specializations": recs[1:]}
+        if code != codes[0]:
+            rec["status"] = {EXIT_ERROR: "violated", EXIT_UNKNOWN: "unknown"}.get(code, rec.get("status"))
+    return code, rec
+
+
+def _check_params(args, src, defines: dict[str, object]) -> tuple[int, dict]:
     from argus.interp.budget import check_dims
     from argus.ir.printer import kernel as print_kernel
     from argus.records import lowered_record
 
-    defines = src.defines(defines)
     if args.no_verify:
         t0 = time.perf_counter()
         k = src.build(defines)

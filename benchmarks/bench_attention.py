@@ -56,6 +56,8 @@ VARIANTS = [
             "BKV=64 (D=128) / 128 (D=64), 2 stages, wgmma"),
     Variant("ws", "flash_attention_ws.arg: TMA producer warpgroup, 2 consumer warpgroups (BQ=128), 4-stage K/V "
             "ring, BKV=64 (D=128) / 128 (D=64); derived by argus tune", file="examples/flash_attention_ws.arg"),
+    Variant("ws-direct", "flash_attention_ws.arg with O stored from registers to global (no TMA store)",
+            codegen={"bulk_store": False}, file="examples/flash_attention_ws.arg"),
     Variant("bq128", "BQ=128 (2 warpgroups, two blocks per SM; the D=128 default before 2026-11-30)", {"BQ": 128}),
     Variant("mask-all", "every kv block masked per element (uniform_select=False), causal blocks in launch order",
             {"HEAVY_FIRST": False}, {"uniform_select": False}),

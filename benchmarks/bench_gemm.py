@@ -29,9 +29,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from benchlib import checked_variants, output_args, write_markdown  # noqa: E402
 
-SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (4096, 14336, 4096), (128, 4096, 4096),
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (4096, 14336, 4096), (16384, 4096, 4096),
+          (128, 4096, 4096), (16, 8192, 8192), (64, 8192, 8192), (16384, 16384, 64), (1000, 1000, 1000),
           (8205, 5921, 2949)]
 CHECK_SHAPES = [(200, 136, 72), (129, 300, 520)]
+CHECK_SHAPES_NT = [(200, 136, 72), (129, 296, 520)]  # linear.arg assumes K % 8 == N % 8 == 0 (TMA row pitch)
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class Variant:
     file: str
     params: dict = field(default_factory=dict)
     codegen: dict = field(default_factory=dict)  # code generator options (argus.codegen.compile.build)
+    layout: str = "NN"  # "NN": B stored [K, N]; "NT": B stored [N, K] (x @ W.T), the baseline matmul(A, W.T)
+    auto: bool = False  # per shape, the params the kernel's `specialize` statements pick (as argus.load(...)(A, B, C))
 
 
 VARIANTS = [
@@ -54,19 +58,30 @@ VARIANTS = [
             "examples/gemm.arg", {"MMA": "mma.sync"}),
     Variant("ws", "gemm_ws.arg (TMA + mbarriers, warp-specialised, persistent, 128x256x64, 4 stages)",
             "examples/gemm_ws.arg", {}),
+    Variant("ws-direct", "gemm_ws.arg with its epilogue stored from registers to global (no TMA store)",
+            "examples/gemm_ws.arg", {}, {"bulk_store": False}),
     Variant("ws-small", "gemm_ws.arg small tiles (BM=64 BN=64 CONSUMERS=1 STAGES=8)", "examples/gemm_ws.arg",
             {"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8}),
+    Variant("linear", "linear.arg: Y = X @ W.T, W stored [N, K] (NT; TMA + wgmma transpose bit, 128x256x64)",
+            "examples/linear.arg", {}, {}, "NT"),
+    Variant("ws-auto", "gemm_ws.arg as `argus.load(...)(A, B, C)` runs it: the params its `specialize` picks per shape",
+            "examples/gemm_ws.arg", auto=True),
+    Variant("linear-auto", "linear.arg as `argus.load(...)(X, W, Y)` runs it: the params its `specialize` picks",
+            "examples/linear.arg", layout="NT", auto=True),
 ]
 
 
-def _load(v: Variant):
-    """The variant compiled for this GPU and loaded (a GpuKernel)."""
+def _load(v: Variant, dims: dict[str, int] | None = None):
+    """The variant compiled for this GPU and loaded (a GpuKernel); an `auto` variant with the params
+    its `specialize` statements pick for `dims`."""
     import argus
     from argus.codegen.compile import build
     from argus.codegen.nvrtc import detect_arch
     from argus.runtime.launch import GpuKernel
 
     k = argus.load(ROOT / v.file, **v.params)
+    if v.auto and dims is not None:
+        k = k.specialized(dims)
     return GpuKernel(build(k.lower(), arch=detect_arch(0), **v.codegen), 0)
 
 
@@ -77,8 +92,9 @@ def child_check(key: str) -> int:
     v = next(x for x in VARIANTS if x.key == key)
     gk = _load(v)
     ok = True
-    for M, N, K in CHECK_SHAPES:
-        checks, _ = check_on_gpu(gk, {"M": M, "N": N, "K": K}, seed=M + N + K)
+    for M, N, K in (CHECK_SHAPES_NT if v.layout == "NT" else CHECK_SHAPES):
+        dims = {"M": M, "N": N, "K": K}
+        checks, _ = check_on_gpu(_load(v, dims) if v.auto else gk, dims, seed=M + N + K)
         for c in checks:
             print(f"[{key}] {M}x{N}x{K}: {'ok' if c.ok else 'FAIL'} {c.describe()}", flush=True)
             ok &= c.ok
@@ -118,6 +134,7 @@ def run(variants: list[Variant], shapes: list[tuple[int, int, int]], iters: int)
 
     from argus.dsl.types import DTYPES
     from argus.interp.run import compare
+    from argus.runtime.arrays import ArgumentError
     from argus.runtime.bench import L2_ROTATE_BYTES, gpu_description, time_interleaved
 
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
@@ -140,37 +157,64 @@ def run(variants: list[Variant], shapes: list[tuple[int, int, int]], iters: int)
                                     for v in variants}, "rows": []}
     bf16 = DTYPES["bf16"]
     for M, N, K in shapes:
+        for v in variants:
+            if v.auto:  # the params argus.load(...)(A, B, C) would pick for this shape
+                kernels[v.key] = _load(v, {"M": M, "N": N, "K": K})
         gen = torch.Generator(device="cuda")
         gen.manual_seed(M * 31 + N * 7 + K)
         a = torch.randn((M, K), device="cuda", generator=gen).to(torch.bfloat16)
         b = torch.randn((K, N), device="cuda", generator=gen).to(torch.bfloat16)
         ref = (a.double() @ b.double()).cpu().numpy()
-        checks = {}
+        w = b.t().contiguous()  # the NT layout's B: [N, K]
+        checks, refused = {}, {}
         for v in variants:
             c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-            kernels[v.key](a, b, c)
+            try:
+                kernels[v.key](a, w if v.layout == "NT" else b, c)
+            except ArgumentError as e:  # the kernel's assume excludes this shape (linear.arg: K % 8 == 0)
+                refused[v.key] = str(e).splitlines()[0]
+                continue
             torch.cuda.synchronize()
             checks[v.key] = compare("C", c.float().cpu().numpy(), ref, bf16)
             del c
         cub = compare("C", torch.matmul(a, b).float().cpu().numpy(), ref, bf16)
-        del ref
+        del ref, w
+        layouts = sorted({v.layout for v in variants})
         set_bytes = (M * K + K * N + M * N) * 2
         nsets = max(2, min(8, -(-L2_ROTATE_BYTES // set_bytes)))
         sets = [(torch.randn((M, K), device="cuda").to(torch.bfloat16),
                  torch.randn((K, N), device="cuda").to(torch.bfloat16),
                  torch.empty((M, N), device="cuda", dtype=torch.bfloat16)) for _ in range(nsets)]
-        fns = {"cublas": [(lambda x=x, y=y, z=z: torch.matmul(x, y, out=z)) for x, y, z in sets]}
+        if "NT" in layouts:
+            wsets = [(x, torch.randn((N, K), device="cuda").to(torch.bfloat16), z) for x, _, z in sets]
+        # cuBLAS per layout: matmul(A, B) (NN) and matmul(A, W.T) (NT, W stored [N, K])
+        fns = {}
+        if "NN" in layouts:
+            fns["cublas"] = [(lambda x=x, y=y, z=z: torch.matmul(x, y, out=z)) for x, y, z in sets]
+        if "NT" in layouts:
+            fns["cublas-NT"] = [(lambda x=x, y=y, z=z: torch.matmul(x, y.t(), out=z)) for x, y, z in wsets]
         for v in variants:
-            if checks[v.key].ok:
-                fns[v.key] = [kernels[v.key].prepare(x, y, z) for x, y, z in sets]
+            if v.key in checks and checks[v.key].ok:
+                fns[v.key] = [kernels[v.key].prepare(x, y, z) for x, y, z in (wsets if v.layout == "NT" else sets)]
         times = time_interleaved(fns, iters)
-        tc = times["cublas"].median_ms
-        line = f"{M}x{N}x{K}: cuBLAS {tflops(M, N, K, tc):6.1f} TF/s (rel err {cub.rel_error:.2e})"
+        base = {"NN": "cublas", "NT": "cublas-NT"}
+        line = f"{M}x{N}x{K}: " + ", ".join(f"{base[lo]} {tflops(M, N, K, times[base[lo]].median_ms):6.1f} TF/s"
+                                           for lo in layouts) + f" (rel err {cub.rel_error:.2e})"
         for v in variants:
+            tc = times[base[v.layout]].median_ms
+            if v.key in refused:
+                out["rows"].append({"variant": v.key, "layout": v.layout, "dtype": "bf16", "M": M, "N": N, "K": K,
+                                    "ok": True, "refused": refused[v.key], "cublas_ms": tc,
+                                    "cublas_tflops": tflops(M, N, K, tc)})
+                line += f" | {v.key} n/a (its assume excludes the shape)"
+                continue
             chk = checks[v.key]
-            row = {"variant": v.key, "M": M, "N": N, "K": K, "ok": chk.ok, "rel_error": chk.rel_error,
-                   "wrong": chk.bad, "nonfinite": chk.nonfinite, "cublas_ms": tc, "cublas_tflops": tflops(M, N, K, tc),
-                   "cublas_rel_error": cub.rel_error}
+            row = {"variant": v.key, "layout": v.layout, "dtype": "bf16", "M": M, "N": N, "K": K, "ok": chk.ok,
+                   "rel_error": chk.rel_error, "wrong": chk.bad, "nonfinite": chk.nonfinite, "cublas_ms": tc,
+                   "cublas_tflops": tflops(M, N, K, tc), "cublas_rel_error": cub.rel_error}
+            if v.auto:  # the tile params the specialization picked for this shape
+                row["picked"] = {n: val for n, val in kernels[v.key].ir.params
+                                 if n in ("BM", "BN", "CONSUMERS", "STAGES")}
             if v.key in times:
                 t = times[v.key]
                 row.update(ms=t.median_ms, ms_min=t.min_ms, ms_max=t.max_ms, tflops=tflops(M, N, K, t.median_ms),
@@ -181,6 +225,8 @@ def run(variants: list[Variant], shapes: list[tuple[int, int, int]], iters: int)
             out["rows"].append(row)
         print(line, flush=True)
         del sets, fns, a, b
+        if "NT" in layouts:
+            del wsets
         torch.cuda.empty_cache()
     return out
 
@@ -199,7 +245,8 @@ def markdown(res: dict, iters: int) -> str:
         "error <= 1e-2 and every element within 2^-6 (|ref| + rms)); then every variant and torch.matmul "
         f"(cuBLAS) timed interleaved in the same process, CUDA events around each launch, median of {iters}, "
         "input sets rotated over >= 256 MB so L2 never serves a repeat. Ratio = cuBLAS time / Argus time. "
-        "Argus times include the padded copy of A and B when their rows are not 16-byte aligned "
+        "NT variants (B stored [N, K]) are compared with matmul(A, W.T) on the same W. Argus times include the "
+        "padded copies of A and B, and of C when a TMA store writes it, when their rows are not 16-byte aligned "
         "(8205x5921x2949).",
         "",
     ]
@@ -213,7 +260,11 @@ def markdown(res: dict, iters: int) -> str:
             if r["variant"] != key:
                 continue
             shape = f"{r['M']}x{r['N']}x{r['K']}"
-            if "tflops" in r:
+            if "picked" in r:
+                shape += " (" + " ".join(f"{n}={val}" for n, val in r["picked"].items()) + ")"
+            if "refused" in r:
+                lines.append(f"| {shape} | n/a | {r['cublas_tflops']:.1f} | - | - | its assume excludes the shape |")
+            elif "tflops" in r:
                 lines.append(f"| {shape} | {r['tflops']:.1f} | {r['cublas_tflops']:.1f} | **{r['ratio']:.3f}** | "
                              f"{r['rel_error']:.2e} | {'yes' if r['ok'] else 'NO'} |")
             else:
@@ -222,14 +273,15 @@ def markdown(res: dict, iters: int) -> str:
     best = {}
     for r in res["rows"]:
         if "ratio" in r:
-            key = (r["M"], r["N"], r["K"])
+            key = (r.get("layout", "NN"), r["M"], r["N"], r["K"])
             if key not in best or r["ratio"] > best[key]["ratio"]:
                 best[key] = r
     if best:
-        lines += ["## Best Argus variant per shape", "",
-                  "| M x N x K | variant | Argus TFLOP/s | cuBLAS TFLOP/s | ratio |", "|---|---|---:|---:|---:|"]
-        for (m, n, k), r in best.items():
-            lines.append(f"| {m}x{n}x{k} | {r['variant']} | {r['tflops']:.1f} | {r['cublas_tflops']:.1f} | "
+        lines += ["## Best Argus variant per shape and layout", "",
+                  "| layout | M x N x K | variant | Argus TFLOP/s | cuBLAS TFLOP/s | ratio |",
+                  "|---|---|---|---:|---:|---:|"]
+        for (lo, m, n, k), r in best.items():
+            lines.append(f"| {lo} | {m}x{n}x{k} | {r['variant']} | {r['tflops']:.1f} | {r['cublas_tflops']:.1f} | "
                          f"{r['ratio']:.3f} |")
         lines.append("")
     return "\n".join(lines)

@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass, field
 
 from argus.codegen import atomics, memory, mma
+from argus.codegen import bulk_store as bulk_store_mod
 from argus.codegen.cexpr import (
     C_KEYWORDS,
     compute_type,
@@ -102,8 +103,17 @@ def single_thread_role(role: ir.Role) -> bool:
 class Emitter(Expressions):
     def __init__(self, kernel: ir.Kernel, path: str | None = None, sm: int = 90, *,
                  defer_wgmma: bool | None = None, blocks_per_sm: int | None = None,
-                 uniform_select: bool = True) -> None:
+                 uniform_select: bool = True, bulk_store: bool | None = None) -> None:
         self.k = kernel
+        if bulk_store is None:
+            bulk_store = os.environ.get(bulk_store_mod.STORE_ENV, "tma") != "direct"
+        # accumulator stores of warp-specialised roles as TMA stores through shared (codegen/bulk_store.py)
+        self.bulk_store = bulk_store
+        self.reads = bulk_store_mod.tensors_read(kernel)
+        self.bulk_outputs: set[str] = set()
+        self.staging_need: dict[int, int] = {}  # scope barrier id -> bytes of its two staging buffers
+        self.bulk_scopes: set[int] = set()
+        self.loop_depth = 0  # loops around the statement being emitted
         self.uniform_select = uniform_select
         self.blocks_per_sm = blocks_per_sm
         if defer_wgmma is None:
@@ -253,7 +263,14 @@ class Emitter(Expressions):
             scratch.append(f"  unsigned char* const ag_scratch{key} = ag_smem_ptr + {off};  "
                            f"// {need} B: reductions and layout conversions across warps")
             self.smem_top = off + need
+        for key, need in sorted(self.staging_need.items()):
+            off = -(-self.smem_top // 1024) * 1024  # the 128-byte swizzle repeats every 1024 bytes
+            scratch.append(f"  const ag_u32 ag_stage{key} = ag_smem + {off}u;  "
+                           f"// {need} B: two staging buffers of TMA stores")
+            self.smem_top = off + need
         smem = self.smem_top + (SMEM_ALIGN if self.smem_top else 0)
+        if self.staging_need and smem - SMEM_ALIGN > MAX_SMEM:
+            raise StagingTooBig()
         if smem - SMEM_ALIGN > MAX_SMEM:
             raise error("codegen", f"the kernel needs {self.smem_top} B of shared memory; a block can have "
                         f"at most {MAX_SMEM} B", k.span)
@@ -288,7 +305,7 @@ class Emitter(Expressions):
             name=self.entry, kernel=k.name, path=self.path, source="\n".join(out), threads=k.threads,
             smem_bytes=smem, params=tuple(sig_params), tensor_maps=tuple(self.tmaps),
             aligned_inputs=tuple(sorted(self.aligned_inputs)), features=frozenset(self.features),
-            min_sm=min_sm, cluster=k.cluster)
+            min_sm=min_sm, cluster=k.cluster, bulk_outputs=tuple(sorted(self.bulk_outputs)))
 
     def _min_blocks(self, smem: int) -> str:
         """setmaxnreg needs a register cap at entry: one block per SM. Without roles, ask for two blocks
@@ -341,6 +358,7 @@ class Emitter(Expressions):
         self.declare(body)
         self.stmts(body)
         self.flush_wgmma()
+        bulk_store_mod.finish(self)
         self.scope = prev
 
     def flush_wgmma(self, names: set[str] | None = None) -> None:
@@ -511,7 +529,11 @@ class Emitter(Expressions):
             bar = self.mbar_addr(s.barrier, s.span)
             self.line(f"ag_mbar_wait({bar}, (ag_u32)({self.sx(s.phase)}) & 1u);")
         elif isinstance(s, ir.Store):
-            memory.store(self, s)
+            per_chunk = bulk_store_mod.chunks(self, s)
+            if per_chunk is not None:
+                bulk_store_mod.emit(self, s, per_chunk)
+            else:
+                memory.store(self, s)
         elif isinstance(s, ir.AtomicAdd):
             atomics.atomic_add(self, s)
         elif isinstance(s, ir.For):
@@ -580,7 +602,11 @@ class Emitter(Expressions):
     def for_loop(self, s: ir.For) -> None:
         self._check_index_order(s)
         defs = dict(self.index_def)
-        self._for_loop(s)
+        self.loop_depth += 1
+        try:
+            self._for_loop(s)
+        finally:
+            self.loop_depth -= 1
         self._index_defs_merge(defs)
 
     def _for_loop(self, s: ir.For) -> None:
@@ -840,15 +866,27 @@ def _refuse_high_rank_tiles(kernel: ir.Kernel) -> None:
                     "loop over them, or give each its own block (a grid axis)")
 
 
+class StagingTooBig(Exception):
+    """The TMA-store staging buffers would push the block past its shared memory."""
+
+
 def generate(kernel: ir.Kernel, path: str | None = None, *, defer_wgmma: bool | None = None,
-             blocks_per_sm: int | None = None, uniform_select: bool = True) -> GeneratedKernel:
+             blocks_per_sm: int | None = None, uniform_select: bool = True,
+             bulk_store: bool | None = None) -> GeneratedKernel:
     """CUDA C++ for a lowered kernel (after the pass pipeline); raises ArgusError on what it cannot emit.
 
     defer_wgmma: wait for each wgmma group only when the next statement needs it, so that it overlaps
     the following cp.async wait (default: $ARGUS_WGMMA_WAIT, else DEFER_DEFAULT). blocks_per_sm: the
     minimum blocks per multiprocessor promised in __launch_bounds__ (caps registers at
     65536 / (threads x blocks)); None: two when their shared memory fits (one with roles). uniform_select:
-    guard a select() on an index-tile condition with a block-uniform bound test (Emitter.tile_assign)."""
+    guard a select() on an index-tile condition with a block-uniform bound test (Emitter.tile_assign).
+    bulk_store: lower accumulator stores of warp-specialised roles to TMA stores through shared memory
+    where exact (argus/codegen/bulk_store.py; default: $ARGUS_STORE != "direct"); falls back to direct
+    stores when the staging buffers do not fit."""
     _refuse_high_rank_tiles(kernel)
-    return Emitter(kernel, path, defer_wgmma=defer_wgmma, blocks_per_sm=blocks_per_sm,
-                   uniform_select=uniform_select).generate()
+    try:
+        return Emitter(kernel, path, defer_wgmma=defer_wgmma, blocks_per_sm=blocks_per_sm,
+                       uniform_select=uniform_select, bulk_store=bulk_store).generate()
+    except StagingTooBig:  # the staging buffers do not fit beside the kernel's own: store directly
+        return Emitter(kernel, path, defer_wgmma=defer_wgmma, blocks_per_sm=blocks_per_sm,
+                       uniform_select=uniform_select, bulk_store=False).generate()

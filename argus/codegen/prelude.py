@@ -201,6 +201,36 @@ __device__ __forceinline__ float ag_gelu(float x) { return 0.5f * x * (1.0f + er
 __device__ __forceinline__ double ag_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }
 """
 
+TMA_STORE = r"""
+// TMA stores (shared -> global), one bulk group per store; coordinates innermost first.
+__device__ __forceinline__ void ag_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// all but the newest N bulk groups of this thread have finished reading their shared source
+template <int N> __device__ __forceinline__ void ag_bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
+// all but the newest N bulk groups of this thread have completed (their writes are done)
+template <int N> __device__ __forceinline__ void ag_bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
+}
+__device__ __forceinline__ void ag_tma_store_2d(const AgTmaMap* map, ag_u32 src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+               :: "l"((ag_u64)map), "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void ag_tma_store_3d(const AgTmaMap* map, ag_u32 src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];"
+               :: "l"((ag_u64)map), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+__device__ __forceinline__ void ag_tma_store_4d(const AgTmaMap* map, ag_u32 src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
+               :: "l"((ag_u64)map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
+}
+__device__ __forceinline__ void ag_tma_store_5d(const AgTmaMap* map, ag_u32 src, int c0, int c1, int c2, int c3,
+                                                int c4) {
+  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];"
+               :: "l"((ag_u64)map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
+}
+"""
+
 ARGREDUCE = r"""
 // argmax / argmin: does (v, i) beat (w, j)? NumPy's order: the first index among equals, NaN beats all
 // (x != x only for a float NaN).
@@ -222,6 +252,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("proxy-fence", PROXY_FENCE),
     ("mbarrier", MBARRIER),
     ("tma", TMA),
+    ("tma-store", TMA_STORE),
     ("setmaxnreg", SETMAXNREG),
     ("pack", PACK),
     ("ex2", EX2),

@@ -46,6 +46,7 @@ class GeneratedKernel:
     features: frozenset[str]  # "cp.async", "ldmatrix", "mma.sync", "wgmma", "tma", "mbarrier", "setmaxnreg"
     min_sm: int  # 80, or 90 when sm_90a instructions are used
     cluster: tuple[int, ...] = (1,)
+    bulk_outputs: tuple[str, ...] = ()  # tensors written by TMA stores: 16-byte row pitch (padded if not)
 
     @property
     def needs_sm90a(self) -> bool:

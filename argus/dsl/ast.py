@@ -130,6 +130,15 @@ class Param(Stmt):
 
 
 @dataclass(frozen=True, eq=False)
+class Specialize(Stmt):
+    """`specialize COND: P=v, ...`: when the launch's dims satisfy COND (the first such statement wins),
+    the kernel is built with those params (argus/specialize.py); each set is verified on its own."""
+
+    cond: Expr
+    params: tuple[Keyword, ...]
+
+
+@dataclass(frozen=True, eq=False)
 class Launch(Stmt):
     kwargs: tuple[Keyword, ...]
 

@@ -247,6 +247,8 @@ class _Checker:
             return self.param(s, top)
         if isinstance(s, ast.Launch):
             return self.launch_stmt(s, top)
+        if isinstance(s, ast.Specialize):
+            return self.specialize(s, top)
         if isinstance(s, ast.Pass):
             return None
         if isinstance(s, ast.Assign):
@@ -304,6 +306,38 @@ class _Checker:
         self.params[s.name] = value
         t = STR if isinstance(value, str) else ScalarT(_dtype_of_py(value), True)
         self.names[s.name] = ("param", t)
+
+    def specialize(self, s: ast.Specialize, top: bool) -> None:
+        """`specialize COND: P=v, ...`: COND reads dims, params and literals only (the runtime evaluates it
+        from the arrays' shapes); every P is a param declared above, every v a compile-time value."""
+        if not top:
+            raise self.err("specialize-placement", "`specialize` belongs at the top level of the kernel body", s,
+                           "put it after the params it sets")
+        funcs = {id(n.func) for n in ast.walk(s.cond) if isinstance(n, ast.Call)}
+        for n in ast.walk(s.cond):
+            if isinstance(n, ast.Name) and id(n) not in funcs and n.id not in self.dims and n.id not in self.params:
+                raise self.err("specialize", f"a specialize condition reads dims and params only; '{n.id}' is "
+                               "neither", n, "dims: " + (", ".join(self.dims) or "none"))
+            if not isinstance(n, (ast.Name, ast.Const, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.Call)):
+                raise self.err("specialize", f"a specialize condition is integer arithmetic and comparisons of dims "
+                               f"and params; {type(n).__name__} is not", n)
+            if isinstance(n, ast.Call) and (n.func_name not in ("min", "max", "cdiv") or n.kwargs):
+                raise self.err("specialize", f"a specialize condition may call min, max and cdiv only, not "
+                               f"{n.func_name}", n)
+        t = self.expr(s.cond)
+        if not isinstance(t, ScalarT):
+            raise self.err("type", f"a specialize condition must be a scalar, got {_fmt(t)}", s.cond)
+        if not s.params:
+            raise self.err("specialize", "specialize needs at least one param to set", s, "e.g. `specialize M <= 128: "
+                           "BM=64`")
+        for kw in s.params:
+            if kw.name not in self.params:
+                raise self.err("specialize", f"specialize sets '{kw.name}', which is not a param declared above", kw,
+                               "params: " + (", ".join(self.params) or "none"))
+            self.expr(kw.value)
+            if id(kw.value) not in self.consts:
+                raise self.err("not-compile-time", f"specialize's value of '{kw.name}' must be known at compile time",
+                               kw.value, "use literals and params")
 
     def launch_stmt(self, s: ast.Launch, top: bool) -> None:
         if not top:

@@ -133,6 +133,9 @@ class _ToAst(Transformer):
         name, annot, value = items
         return ast.Param(self._s(meta), str(name), str(annot) if annot else None, value)
 
+    def specialize_stmt(self, meta, items):
+        return ast.Specialize(self._s(meta), items[0], tuple(items[1:]))
+
     def launch_stmt(self, meta, items):
         return ast.Launch(self._s(meta), tuple(items))
 

@@ -33,7 +33,7 @@ class _Lower:
         return tuple(out)
 
     def stmt(self, s: ast.Stmt) -> list[ir.Stmt]:
-        if isinstance(s, (ast.Param, ast.Launch, ast.Pass)):
+        if isinstance(s, (ast.Param, ast.Specialize, ast.Launch, ast.Pass)):
             return []
         if isinstance(s, ast.Assign):
             return self.assign(s)

@@ -223,6 +223,19 @@ def gpu_description(device: int = 0) -> dict[str, str]:
     return info
 
 
+def _specialized_defines(file: str, defines: dict[str, object], kernel: str | None) -> dict[str, object]:
+    """-D plus the params of the kernel's `specialize` that the -D dims select (argus/specialize.py)."""
+    from argus.dsl.diagnostics import ArgusError
+    from argus.sources import load_source
+    from argus.specialize import with_specialization
+
+    try:
+        src = load_source(file).select(kernel)
+    except (ArgusError, StopIteration):  # a layer, or a bad name: the build reports it
+        return defines
+    return with_specialization(src.node, src.defines(defines))
+
+
 def run_command(file: str, defines: dict[str, object], kernel: str | None, *, bench: bool = False,
                 seed: int | None = None, iters: int = 30, arch: str | None = None, fmt: str = "text") -> int:
     """`argus run FILE [--bench]` on the GPU: check against the reference, then (with --bench) time."""
@@ -238,7 +251,7 @@ def run_command(file: str, defines: dict[str, object], kernel: str | None, *, be
         from argus.dsl.diagnostics import error
 
         raise error("no-gpu", "no CUDA GPU on this machine", None, "run in the interpreter with --interp")
-    k = moe.build_for_run(file, defines, kernel)  # MoE: -D T= etc. size the routing
+    k = moe.build_for_run(file, _specialized_defines(file, defines, kernel), kernel)  # MoE: -D T= sizes routing
     built = build(k, arch=arch or gpu_arch)
     gk = GpuKernel(built, 0)
     res = run_on_gpu(gk, defines, seed=seed, bench=bench, iters=iters)

@@ -9,7 +9,9 @@ for timing loops.
 Inputs read 16 bytes at a time (cp.async, TMA) need a row pitch that is a multiple of 16 bytes. When a
 tensor's is not (e.g. K = 2949 bf16 elements), `prepare` copies it into a buffer whose rows are padded
 to 16 bytes and passes that with its pitch; the kernel still sees the logical dims, so the padding is
-never read. The copy is part of the launch (and of its timing).
+never read. The copy is part of the launch (and of its timing). An output written by TMA stores
+(GeneratedKernel.bulk_outputs) with such rows is written into a padded buffer and copied back after
+the launch.
 """
 
 from __future__ import annotations
@@ -68,6 +70,17 @@ def _padded_copy(name: str, obj: Any, info: ArrayInfo) -> Any:
                         "a 16-byte pitch needs a torch or cupy array; pass one with 16-byte aligned rows")
 
 
+def _copier(padded: Any, orig: Any, cols: int, into_padded: bool) -> Callable[[], None]:
+    """A copy between `orig` and the first `cols` columns of its padded buffer, either way."""
+    if module_root(orig) == "torch":
+        if into_padded:
+            return lambda: padded[..., :cols].copy_(orig)
+        return lambda: orig.copy_(padded[..., :cols])
+    if into_padded:
+        return lambda: padded[..., :cols].__setitem__(Ellipsis, orig)
+    return lambda: orig.__setitem__(Ellipsis, padded[..., :cols])
+
+
 def _needs_padding(info: ArrayInfo) -> bool:
     pitch = info.strides[-2] * info.itemsize if len(info.shape) >= 2 else 0
     return info.ptr % 16 != 0 or pitch % 16 != 0
@@ -86,12 +99,15 @@ class Launch:
     stream: int
     pre: list[Callable[[], None]] = field(default_factory=list)
     keep: list[Any] = field(default_factory=list)  # arrays and tensor maps the arguments point into
+    post: list[Callable[[], None]] = field(default_factory=list)  # padded outputs copied back
 
     def __call__(self) -> None:
         for p in self.pre:
             p()
         self.kernel.launch(self.grid, self.block, self.args, smem=self.smem, stream=self.stream,
                            arg_names=self.names)
+        for p in self.post:
+            p()
 
 
 class GpuKernel:
@@ -117,25 +133,27 @@ class GpuKernel:
         infos, dims, device = validate(k, bound, self.device)
         arrays = {t.name: bound[t.name] for t in k.tensors}
         pre: list[Callable[[], None]] = []
+        post: list[Callable[[], None]] = []
         keep: list[Any] = list(arrays.values())
-        for name in gen.aligned_inputs:
+        for name in gen.aligned_inputs + tuple(n for n in gen.bulk_outputs if n not in gen.aligned_inputs):
             info = infos[name]
             if not _needs_padding(info):
                 continue
-            if name in k.outputs:
+            written = name in gen.bulk_outputs
+            if name in k.outputs and not written:
                 raise ArgumentError(f"argument {name}: the kernel reads it 16 bytes at a time and writes it, so "
                                     "its rows must be 16-byte aligned (and its base address too)")
-            src = _framework_view(name, arrays[name])
-            padded = _padded_copy(name, src, info)
+            orig = _framework_view(name, arrays[name])
+            padded = _padded_copy(name, orig, info)
             arrays[name] = padded
             # the padded pitch and pointer, but the logical shape: TMA boxes and masks stop at the real edge
             infos[name] = dataclasses.replace(array_info(padded, name=name), shape=info.shape)
             keep.append(padded)
-            cols = info.shape[-1]
-            if module_root(src) == "torch":
-                pre.append(lambda d=padded, s=src, c=cols: d[..., :c].copy_(s))
-            else:
-                pre.append(lambda d=padded, s=src, c=cols: d[..., :c].__setitem__(Ellipsis, s))
+            # filled from the array before each launch (an output too: elements the kernel does not write
+            # keep their values); an output written by TMA stores is copied back after it
+            pre.append(_copier(padded, orig, info.shape[-1], into_padded=True))
+            if written:
+                post.append(_copier(padded, orig, info.shape[-1], into_padded=False))
         tmaps = []
         for spec in gen.tensor_maps:
             info = infos[spec.tensor]
@@ -163,7 +181,7 @@ class GpuKernel:
         grid = grid_size(k, dims, scalars)
         launch_stream = drv._stream_handle(stream, list(arrays.values()), device)
         return Launch(self.fn, grid, gen.threads, gen.smem_bytes, values, [p.name for p in gen.params],
-                      launch_stream, pre, keep)
+                      launch_stream, pre, keep, post)
 
     def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> None:
         self.prepare(*args, stream=stream, **kwargs)()

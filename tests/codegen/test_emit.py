@@ -207,14 +207,15 @@ def test_gemm_ws_structure() -> None:
     src = gen.source
     assert gen.needs_sm90a and {"tma", "wgmma", "mbarrier", "setmaxnreg"} <= gen.features
     assert [(t.tensor, t.box_rows, t.box_cols, t.swizzle) for t in gen.tensor_maps] == \
-        [("A", 128, 64, 128), ("B", 64, 64, 128)]
+        [("A", 128, 64, 128), ("B", 64, 64, 128), ("C", 128, 64, 128)]  # C: the TMA-store epilogue
     assert "ag_setmaxnreg_dec<40>();" in src and "ag_setmaxnreg_inc<232>();" in src
     assert "__launch_bounds__(384, 1)" in src and "const __grid_constant__ AgTmaMap ag_tm1" in src
     assert src.count("ag_tma_load_2d(") == 1 + 4 + 1  # one A box, four B boxes per stage (+ the helper)
     assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in src
     # the consumers' `arrive` becomes one arrival per warp: the empty barriers count 8 per phase
     assert "ag_mbar_init(ag_smem + 196640u + 8u * ag_i, 8u)" in src
-    assert gen.smem_bytes == 4 * (128 * 64 + 64 * 256) * 2 + 64 + 1024
+    # four stages, the barriers, then (1024-aligned) two 128x64 bf16 staging buffers of the C store
+    assert gen.smem_bytes == 4 * (128 * 64 + 64 * 256) * 2 + 1024 + 2 * 128 * 64 * 2 + 1024
 
 
 def test_wgmma_wait_is_deferred_to_the_next_barrier() -> None:

@@ -1,0 +1,100 @@
+"""`specialize COND: P=v, ...` (argus/specialize.py): parsing and its checks, the launch-time choice,
+the caller's params winning, and `argus check` verifying every specialization's param set."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import argus
+from argus.cli import main
+from argus.dsl.diagnostics import ArgusError
+from argus.dsl.parser import parse
+from argus.ir.build import build_kernel, select_kernel
+from argus.specialize import pick, specializations, with_specialization
+from tests.conftest import EXAMPLES
+
+SRC = """
+kernel scale(X: f32[R, C], Y: f32[R, C]):
+    param BR = 32
+    param BC = 64
+    specialize R * C <= 4096 and BR == 32: BR=8, BC=BC // 2
+    specialize cdiv(C, BC) > 4: BC=128
+    launch grid=(cdiv(R, BR), cdiv(C, BC)), threads=128
+    r = block_id(0)
+    c = block_id(1)
+    store(Y[r * BR : +BR, c * BC : +BC], load(X[r * BR : +BR, c * BC : +BC]) * 2.0)
+reference:
+    Y = X * 2
+"""
+
+
+def _node(src: str = SRC):
+    return select_kernel(parse(src, "k.arg"), None)
+
+
+def test_first_matching_specialization_wins() -> None:
+    node = _node()
+    specs = specializations(node)
+    assert [s.params for s in specs] == [{"BR": 8, "BC": 32}, {"BC": 128}]
+    assert pick(node, {}, {"R": 16, "C": 64}).params == {"BR": 8, "BC": 32}
+    assert pick(node, {}, {"R": 1000, "C": 1000}).params == {"BC": 128}  # cdiv(1000, 64) = 16 > 4
+    assert pick(node, {}, {"R": 1000, "C": 64}) is None
+
+
+def test_a_param_the_caller_sets_is_never_overridden() -> None:
+    node = _node()
+    # BR set by the caller: the first specialization (which sets BR) is skipped whole
+    assert pick(node, {"BR": 16}, {"R": 16, "C": 64}) is None
+    assert pick(node, {"BR": 16}, {"R": 16, "C": 1000}).params == {"BC": 128}
+    # -D style: params and dims together; a dim the conditions read but -D lacks: the file's params
+    assert with_specialization(node, {"R": 16, "C": 64}) == {"R": 16, "C": 64, "BR": 8, "BC": 32}
+    assert with_specialization(node, {"R": 16}) == {"R": 16}
+
+
+@pytest.mark.parametrize("line, message", [
+    ("    specialize T > 4: BR=8", "reads dims and params only; 'T' is neither"),
+    ("    specialize R > 4: BQ=8", "sets 'BQ', which is not a param declared above"),
+    ("    specialize R > 4: BR=R", "must be known at compile time"),
+    ("    specialize exp(R) > 4: BR=8", "may call min, max and cdiv only"),
+])
+def test_bad_specializations_are_refused_at_their_line(line: str, message: str) -> None:
+    src = SRC.replace("    specialize cdiv(C, BC) > 4: BC=128", line)
+    with pytest.raises(ArgusError) as e:
+        build_kernel(_node(src), {})
+    assert message in str(e.value)
+    assert "k.arg:6:" in str(e.value)
+
+
+def test_specialize_inside_a_loop_is_refused() -> None:
+    src = SRC.replace("    store(Y", "    for i in range(1):\n        specialize R > 4: BR=8\n    store(Y")
+    with pytest.raises(ArgusError, match="belongs at the top level"):
+        build_kernel(_node(src), {})
+
+
+def test_kernel_call_builds_the_selected_param_set() -> None:
+    k = argus.load(EXAMPLES / "gemm_ws.arg")
+    small = k.specialized({"M": 128, "N": 4096, "K": 4096})
+    assert small.params == {"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8}
+    assert dict(small.lower().params)["BM"] == 64 and dict(k.lower().params)["BM"] == 128
+    assert k.specialized({"M": 4096, "N": 4096, "K": 4096}) is k
+    assert k.specialized({"M": 128, "N": 4096, "K": 64}) is small  # built once per param set
+    # the caller's tiles stand
+    assert argus.load(EXAMPLES / "gemm_ws.arg", BM=128).specialized({"M": 128, "N": 4096, "K": 64}).params == \
+        {"BM": 128}
+
+
+def test_check_verifies_every_specialization(capsys) -> None:
+    path = str(EXAMPLES / "gemm_ws.arg")
+    assert main(["check", path, "--no-test", "--no-replay"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("verified (") == 2 and "specialize at line" in out
+    assert main(["check", path, "--no-test", "--format", "json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["status"] == "verified"
+    assert [s["specialize"]["params"] for s in rec["specializations"]] == \
+        [{"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8}]
+    # -D BM fixes a param the specialization sets: only the given set is checked
+    assert main(["check", path, "--no-test", "-D", "BM=64", "-D", "BN=64", "-D", "CONSUMERS=1"]) == 0
+    assert capsys.readouterr().out.count("verified (") == 1
