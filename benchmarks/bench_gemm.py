@@ -62,6 +62,16 @@ VARIANTS = [
             "examples/gemm_ws.arg", {}, {"bulk_store": False}),
     Variant("ws-small", "gemm_ws.arg small tiles (BM=64 BN=64 CONSUMERS=1 STAGES=8)", "examples/gemm_ws.arg",
             {"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8}),
+    # tile shapes between the two (benchmarks/bench_gemm.py --variants ws,ws-small,ws-128x64,... picks the
+    # `specialize` rules of gemm_ws.arg / linear.arg; each set verifies with argus check -D ...)
+    Variant("ws-128x64", "gemm_ws.arg BM=128 BN=64 CONSUMERS=2 STAGES=8", "examples/gemm_ws.arg",
+            {"BM": 128, "BN": 64, "CONSUMERS": 2, "STAGES": 8}),
+    Variant("ws-64x128", "gemm_ws.arg BM=64 BN=128 CONSUMERS=1 STAGES=6", "examples/gemm_ws.arg",
+            {"BM": 64, "BN": 128, "CONSUMERS": 1, "STAGES": 6}),
+    Variant("ws-128x128", "gemm_ws.arg BM=128 BN=128 CONSUMERS=2 STAGES=6", "examples/gemm_ws.arg",
+            {"BM": 128, "BN": 128, "CONSUMERS": 2, "STAGES": 6}),
+    Variant("ws-64x256", "gemm_ws.arg BM=64 BN=256 CONSUMERS=1 STAGES=4", "examples/gemm_ws.arg",
+            {"BM": 64, "BN": 256, "CONSUMERS": 1, "STAGES": 4}),
     Variant("linear", "linear.arg: Y = X @ W.T, W stored [N, K] (NT; TMA + wgmma transpose bit, 128x256x64)",
             "examples/linear.arg", {}, {}, "NT"),
     Variant("ws-auto", "gemm_ws.arg as `argus.load(...)(A, B, C)` runs it: the params its `specialize` picks per shape",

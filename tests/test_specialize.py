@@ -80,21 +80,27 @@ def test_kernel_call_builds_the_selected_param_set() -> None:
     assert dict(small.lower().params)["BM"] == 64 and dict(k.lower().params)["BM"] == 128
     assert k.specialized({"M": 4096, "N": 4096, "K": 4096}) is k
     assert k.specialized({"M": 128, "N": 4096, "K": 64}) is small  # built once per param set
-    # the caller's tiles stand
+    # the caller's BM stands: the first rule (which sets BM) is skipped, the next one that holds applies
     assert argus.load(EXAMPLES / "gemm_ws.arg", BM=128).specialized({"M": 128, "N": 4096, "K": 64}).params == \
-        {"BM": 128}
+        {"BM": 128, "BN": 64, "STAGES": 8}
+    # the rules of gemm_ws.arg by shape class (measured on the H200: benchmarks/results/gemm_tiles_probe_*)
+    picked = {shape: k.specialized(dict(zip("MNK", shape))).params for shape in
+              [(16, 8192, 8192), (128, 14336, 4096), (256, 4096, 4096), (2048, 2048, 2048)]}
+    assert picked == {(16, 8192, 8192): {"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8},
+                      (128, 14336, 4096): {"BN": 128, "STAGES": 6}, (256, 4096, 4096): {"BN": 64, "STAGES": 8},
+                      (2048, 2048, 2048): {}}
 
 
 def test_check_verifies_every_specialization(capsys) -> None:
     path = str(EXAMPLES / "gemm_ws.arg")
     assert main(["check", path, "--no-test", "--no-replay"]) == 0
     out = capsys.readouterr().out
-    assert out.count("verified (") == 2 and "specialize at line" in out
+    assert out.count("verified (") == 4 and out.count("specialize at line") == 3
     assert main(["check", path, "--no-test", "--format", "json"]) == 0
     rec = json.loads(capsys.readouterr().out)
     assert rec["status"] == "verified"
     assert [s["specialize"]["params"] for s in rec["specializations"]] == \
-        [{"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8}]
+        [{"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8}, {"BN": 64, "STAGES": 8}, {"BN": 128, "STAGES": 6}]
     # -D BM fixes a param the specialization sets: only the given set is checked
     assert main(["check", path, "--no-test", "-D", "BM=64", "-D", "BN=64", "-D", "CONSUMERS=1"]) == 0
     assert capsys.readouterr().out.count("verified (") == 1
