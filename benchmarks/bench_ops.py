@@ -53,16 +53,20 @@ class Case:
     params: dict = field(default_factory=dict)
 
 
-def kernel(file: str, name: str, **params):
-    """An example kernel built for this GPU (cached per file, name and params)."""
-    key = (file, name, tuple(sorted(params.items())))
+def kernel(file: str, name: str, dims: dict[str, int] | None = None, **params):
+    """An example kernel built for this GPU (cached per file, name and params); with `dims`, the params
+    its `specialize` statements pick for them, as `argus.load(...)(...)` would."""
+    import argus
+
+    k = argus.load(EX / file, name, **params)
+    if dims is not None:
+        k = k.specialized(dims)
+    key = (file, name, tuple(sorted(k.params.items())))
     if key not in _KERNELS:
-        import argus
         from argus.codegen.compile import build
         from argus.codegen.nvrtc import detect_arch
         from argus.runtime.launch import GpuKernel
 
-        k = argus.load(EX / file, name, **params)
         _KERNELS[key] = GpuKernel(build(k.lower(), arch=detect_arch(0)), 0)
     return _KERNELS[key]
 
@@ -311,7 +315,7 @@ def linear_case(m: int, n: int, k_: int) -> Case:
     import torch
     import torch.nn.functional as F
 
-    k = kernel("linear.arg", "linear")
+    k = kernel("linear.arg", "linear", {"M": m, "N": n, "K": k_})
 
     def make():
         return {"X": randn(m, k_), "W": randn(n, k_), "Y": torch.empty(m, n, device="cuda", dtype=torch.bfloat16)}
