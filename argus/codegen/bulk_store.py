@@ -1,21 +1,22 @@
 """A store of an MMA accumulator tile lowered to a TMA bulk tensor store through shared memory.
 
-`store(C[tile], value)` inside a loop of a warpgroup role (a persistent warp-specialised consumer,
-whose next tile follows) with its value in an MMA fragment is written as: each thread puts its elements of a column chunk of `W = 128 / elem_bytes`
-columns into a staging buffer (the 128-byte swizzle, so the fragment's rows land in distinct banks),
-the role's threads meet on their named barrier, and one thread issues a TMA store of the chunk
-(`cp.async.bulk.tensor ... .bulk_group`) and goes on. The global writes then proceed while the role
-runs its next tile's main loop; TMA clips elements outside the tensor exactly as a masked store skips
-them. Two staging buffers alternate; before a thread rewrites one, the issuing thread waits until the
-store that last read it has finished reading (`cp.async.bulk.wait_group.read`), and the role's barrier
-tells the others. Before the role ends, the issuing thread waits for every store to complete.
+`store(C[tile], value)` inside a loop of a warpgroup role (a persistent warp-specialised consumer, whose
+next tile follows) with its value in an MMA fragment is written as: each thread puts its elements of a
+column chunk of `W = 128 / elem_bytes` columns into a staging buffer (the 128-byte swizzle, so the
+fragment's rows land in distinct banks), the role's threads meet on their named barrier, and one thread
+issues a TMA store of the chunk (`cp.async.bulk.tensor ... .bulk_group`) and goes on. The global writes
+then proceed while the role runs its next tile's main loop; TMA clips elements outside the tensor
+exactly as a masked store skips them. Two staging buffers alternate; before a thread rewrites one, the
+issuing thread waits until the store that last read it has finished reading
+(`cp.async.bulk.wait_group.read`), and the role's barrier tells the others. Before the role ends, the
+issuing thread waits for every store to complete.
 
 This is a lowering of the language's `store`, not a new statement: the staging buffer is the code
 generator's, invisible to the program, so the verifier's obligations for the store (bounds, coverage,
-races between blocks, the value written) are unchanged. It applies only where that is exact: no
-`where=` mask, a tensor the kernel never reads or adds to (so no read can observe a write still in
-flight), and a fragment whose column chunks are the same slots in every thread. `ARGUS_STORE=direct`
-(or `build(..., bulk_store=False)`) keeps the register-to-global store.
+races between blocks, the value written) are unchanged. It applies only where that is exact: no `where=`
+mask, a tensor the kernel never reads or adds to (so no read can observe a write still in flight), and a
+fragment whose column chunks are the same slots in every thread. `ARGUS_STORE=direct` (or `build(...,
+bulk_store=False)`) keeps the register-to-global store.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ def chunks(em: Emitter, s: ir.Store) -> list[list[int]] | None:
     """The slots of each column chunk (the same for every thread), or None when the store does not
     qualify for the bulk lowering."""
     if not em.bulk_store or em.scope.parent is None or em.scope.single or em.scope.threads % 128:
+        return None
+    if not em.sm90_native:
+        # TMA stores need sm_90: a kernel that otherwise builds for sm_80 (mma.sync, cp.async) keeps its
+        # direct stores rather than silently losing its older targets
         return None
     if em.loop_depth == 0:
         # a store after the role's last loop has nothing to overlap with: the block would only add a

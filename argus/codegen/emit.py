@@ -137,6 +137,9 @@ class Emitter(Expressions):
         self.counter = 0
         self.uses_wgmma = any(isinstance(e, ir.Mma) and e.instr == "wgmma"
                               for s in walk_stmts(kernel.body) for e in _stmt_exprs(s))
+        # the kernel needs sm_90 on its own (wgmma or TMA copies): lowerings may add sm_90 instructions
+        self.sm90_native = self.uses_wgmma or any(isinstance(s, ir.Copy) and s.mode == "bulk"
+                                                  for s in walk_stmts(kernel.body))
         self.cname: dict[str, str] = {}
         self.params: list[ParamSpec] = []
         self._plan_params()

@@ -160,3 +160,35 @@ def test_both_lowerings_match_float64_on_gpu(bulk: bool, shape: tuple[int, int, 
         assert bool(gk.generated.bulk_outputs) == bulk
         checks, _ = check_on_gpu(gk, {"M": M, "N": N, "K": K}, seed=M + N)
         assert all(c.ok for c in checks), [c.describe() for c in checks]
+
+
+SM80_ROLE = """
+kernel role_mma_sync(A: bf16[M, K], B: bf16[K, N], C: f32[M, N]):
+    param BM = 64
+    param BN = 32            # f32: one 128-byte chunk, the same slots in every thread (the lowering's shape)
+    launch grid=(cdiv(N, BN), cdiv(M, BM)), warpgroups=1
+    bn = block_id(0)
+    bm = block_id(1)
+    a_s = shared(bf16[BM, 64])
+    b_s = shared(bf16[64, BN])
+    with role("consumer", warpgroups=1):
+        for t in range(1):
+            copy(a_s, A[bm * BM : +BM, 0 : +64])
+            copy(b_s, B[0 : +64, bn * BN : +BN])
+            barrier()
+            acc = mma(a_s, b_s, zeros(f32[BM, BN]), instr="mma.sync")
+            store(C[bm * BM : +BM, bn * BN : +BN], acc)
+reference:
+    C = A[:, 0:64] @ B[0:64, :]
+"""
+
+
+def test_a_kernel_that_builds_for_sm80_keeps_direct_stores() -> None:
+    """The lowering adds sm_90 instructions only to kernels that need sm_90 already (this one qualifies in
+    every other respect: with sm90_native forced it is lowered)."""
+    gen = generate(build_source(SM80_ROLE))
+    assert gen.bulk_outputs == () and gen.min_sm == 80
+    assert build(build_source(SM80_ROLE), arch="sm_80", cache=False).result.binary
+    em = emit_mod.Emitter(build_source(SM80_ROLE))
+    em.sm90_native = True
+    assert em.generate().bulk_outputs == ("C",)
