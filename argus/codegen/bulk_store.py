@@ -131,7 +131,6 @@ def emit(em: Emitter, s: ir.Store, per_chunk: list[list[int]]) -> None:
     tm = em.tilemap(s.layout)
     loads = em.preload(s.value, tm)
     v = min(tm.run, 16 // e)
-    ct = ctype(dt)
     tid = em.scope.tid
     lead = "".join(f", {gv.starts[ax]}" for ax in reversed(range(rank - 2)))
     em.line(f"// store {rows}x{gv.cols} {dt} through shared memory: {len(per_chunk)} TMA store(s) of "
@@ -143,26 +142,40 @@ def emit(em: Emitter, s: ir.Store, per_chunk: list[list[int]]) -> None:
         # the store that last read this buffer has finished reading it (the newest other one may not)
         em.line(f"if ({tid} == 0) ag_bulk_wait_read<{1 if j else 0}>();")
         em.sync_scope()
-        runs = [slots[i:i + v] for i in range(0, len(slots), v)]
-        for run in runs:
-            first = run[0]
-            r, c = tm.row(first), tm.col(first)
-            col = f"(({c}) - {j * width})" if j else f"({c})"
-            # 128-byte swizzle: 16-byte unit u of row r sits at unit u ^ (r % 8)
-            addr = (f"{buf} + ({r}) * {SWIZZLE}u + (((((unsigned)({col}) * {e}u) >> 4) ^ ((unsigned)({r}) & 7u)) << 4)"
-                    f" + (((unsigned)({col}) * {e}u) & 15u)")
-            vals = ", ".join(written_value(em, s.value, dt, str(q), tm, loads) for q in run)
-            if len(run) == 1:
-                em.line(f"*reinterpret_cast<{ct}*>(ag_smem_ptr + ({addr} - ag_smem)) = {vals};")
-            else:
-                em.line(f"*reinterpret_cast<ag_vec<{ct}, {len(run)}>*>(ag_smem_ptr + ({addr} - ag_smem)) = "
-                        f"ag_vec<{ct}, {len(run)}>{{{{{vals}}}}};")
+        a, b = slots[0], slots[-1] + 1
+        if slots == list(range(a, b)) and a % v == 0 and (b - a) % v == 0:
+            # a slot loop, as the direct store's: runs of v consecutive columns (TileMap.run)
+            em.line("#pragma unroll")
+            em.open(f"for (int ag_q = {a}; ag_q < {b}; ag_q += {v})")
+            _write(em, s, tm, loads, buf, j * width, "ag_q", v)
+            em.close()
+        else:  # slots scattered over the chunk: one element at a time
+            for q in slots:
+                _write(em, s, tm, loads, buf, j * width, str(q), 1)
         em.line("ag_fence_proxy_async();")
         em.sync_scope()
         col0 = f"ag_bc + {j * width}" if j else "ag_bc"
         em.line(f"if ({tid} == 0) {{ ag_tma_store_{rank}d(&ag_tm{idx}, {buf}, {col0}, ag_br{lead}); "
                 "ag_bulk_commit(); }")
     em.close()
+
+
+def _write(em: Emitter, s: ir.Store, tm, loads: dict, buf: str, col0: int, slot: str, v: int) -> None:
+    """Staging write of slots slot .. slot + v - 1 (consecutive columns) of the store's value."""
+    dt = s.dst.dtype
+    e, ct = dt.bytes, ctype(dt)
+    r, c = tm.row(slot), tm.col(slot)
+    col = f"(({c}) - {col0})" if col0 else f"({c})"
+    # 128-byte swizzle: 16-byte unit u of row r sits at unit u ^ (r % 8) (the atom repeats every 8 rows)
+    addr = (f"{buf} + ({r}) * {SWIZZLE}u + (((((unsigned)({col}) * {e}u) >> 4) ^ ((unsigned)({r}) & 7u)) << 4)"
+            f" + (((unsigned)({col}) * {e}u) & 15u)")
+    slots = [slot] if v == 1 else [f"{slot} + {u}" if u else slot for u in range(v)]
+    vals = ", ".join(written_value(em, s.value, dt, q, tm, loads) for q in slots)
+    if v == 1:
+        em.line(f"*reinterpret_cast<{ct}*>(ag_smem_ptr + ({addr} - ag_smem)) = {vals};")
+    else:
+        vec = f"ag_vec<{ct}, {v}>"
+        em.line(f"*reinterpret_cast<{vec}*>(ag_smem_ptr + ({addr} - ag_smem)) = {vec}{{{{{vals}}}}};")
 
 
 def finish(em: Emitter) -> None:
