@@ -73,6 +73,16 @@ def test_check_records(capsys):
         keys("check.check", c)
 
 
+def test_specialized_check_record(capsys):
+    code, j = emit(capsys, "check", str(EXAMPLES / "gemm_ws.arg"), "--no-test", "--no-replay")
+    assert code == 0 and j["status"] == "verified"
+    keys("check.specialized", j)
+    assert len(j["specializations"]) == 3
+    for sp in j["specializations"]:
+        keys("check.specialization", sp)
+        assert set(sp["specialize"]) == {"line", "params"}
+
+
 def test_limit_record(capsys):
     code, j = emit(capsys, "check", str(EXAMPLES / "moe.arg"), "--time-limit", "1")
     assert code == 2 and j["status"] == "unknown"
