@@ -55,6 +55,8 @@ def _eval(e: ast.Expr, env: dict[str, object]) -> object:
         ops = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "//": lambda: a // b,
                "%": lambda: a % b, "/": lambda: a / b, "**": lambda: a ** b}
         return ops[e.op]()
+    if isinstance(e, ast.IfExp):
+        return _eval(e.then, env) if _eval(e.cond, env) else _eval(e.orelse, env)
     if isinstance(e, ast.Call) and e.func_name in ("min", "max", "cdiv"):
         xs = [_eval(x, env) for x in e.args]
         if e.func_name == "cdiv":
@@ -79,13 +81,21 @@ def param_values(node: ast.Kernel, explicit: dict[str, object]) -> dict[str, obj
     env: dict[str, object] = {}
     for s in node.body:
         if isinstance(s, ast.Param):
-            env[s.name] = explicit[s.name] if s.name in explicit else _value(s.default, env, f"param {s.name}")
+            if s.name in explicit:
+                env[s.name] = explicit[s.name]
+                continue
+            try:
+                env[s.name] = _eval(s.default, env)
+            except (KeyError, ValueError, TypeError, ArithmeticError):
+                pass  # a default this evaluator cannot compute: a condition reading it selects nothing
     return env
 
 
 def specializations(node: ast.Kernel, explicit: dict[str, object] | None = None) -> list[Specialization]:
     """The kernel's `specialize` statements in order, minus those that would set a param `explicit` fixes."""
     explicit = explicit or {}
+    if not any(isinstance(s, ast.Specialize) for s in node.body):
+        return []
     env = param_values(node, explicit)
     out = []
     for s in node.body:

@@ -104,3 +104,17 @@ def test_check_verifies_every_specialization(capsys) -> None:
     # -D BM fixes a param the specialization sets: only the given set is checked
     assert main(["check", path, "--no-test", "-D", "BM=64", "-D", "BN=64", "-D", "CONSUMERS=1"]) == 0
     assert capsys.readouterr().out.count("verified (") == 1
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.arg")), ids=lambda p: p.name)
+def test_check_reads_every_example_through_the_specialize_path(path, capsys) -> None:
+    """`argus check` evaluates params for the specialize statements of every kernel (a default such as
+    `128 if HD == 64 else 64` once made it fail on files without any specialize statement)."""
+    assert main(["check", str(path), "--no-verify"]) == 0, capsys.readouterr()
+
+
+def test_a_specialization_reading_a_conditional_param() -> None:
+    src = SRC.replace("    param BC = 64\n", "    param BC = 64 if BR == 32 else 16\n")
+    node = _node(src)
+    assert pick(node, {}, {"R": 16, "C": 64}).params == {"BR": 8, "BC": 32}
+    assert pick(node, {"BR": 16}, {"R": 1000, "C": 1000}).params == {"BC": 128}  # BC = 16: 63 tiles > 4
