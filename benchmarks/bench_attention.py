@@ -54,8 +54,10 @@ class Variant:
 VARIANTS = [
     Variant("default", "flash_attention.arg defaults: BQ=256 (4 warpgroups) for D=128 and 128 (2) for D=64, "
             "BKV=64 (D=128) / 128 (D=64), 2 stages, wgmma"),
-    Variant("ws", "flash_attention_ws.arg: TMA producer warpgroup, 2 consumer warpgroups (BQ=128), 4-stage K/V "
-            "ring, BKV=64 (D=128) / 128 (D=64); derived by argus tune", file="examples/flash_attention_ws.arg"),
+    Variant("ws", "flash_attention_ws.arg: TMA producer warpgroup, 2 consumer warpgroups (BQ=128), BKV=128, K/V ring "
+            "of 2 stages (3 causal, 4 at D=64); derived by argus tune", file="examples/flash_attention_ws.arg"),
+    Variant("ws-bkv64", "flash_attention_ws.arg BKV=64, 4 stages (its default before 2026-12-02)",
+            {"BKV": 64, "STAGES": 4}, file="examples/flash_attention_ws.arg"),
     Variant("ws-direct", "flash_attention_ws.arg with O stored from registers to global (no TMA store)",
             codegen={"bulk_store": False}, file="examples/flash_attention_ws.arg"),
     Variant("ws-bkv128", "flash_attention_ws.arg BKV=128, 2 stages (half as many kv steps, n=128 score wgmmas)",

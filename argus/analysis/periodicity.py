@@ -71,6 +71,17 @@ def _add(a: Affine, b: Affine, sign: int = 1) -> Affine:
     return {key: v for key, v in out.items() if v}
 
 
+def _product(a: Affine | None, b: Affine | None) -> Affine | None:
+    """a * b when one side is a constant (else not affine)."""
+    if a is None or b is None:
+        return None
+    for x, y in ((a, b), (b, a)):
+        if set(x) <= {"1"}:
+            c = x.get("1", 0)
+            return {key: c * v for key, v in y.items() if c * v}
+    return None
+
+
 class _Affine:
     """Affine forms of scalar expressions in the loop variable, following derived lets and carried
     counters; None when an expression is not affine in it."""
@@ -104,14 +115,7 @@ class _Affine:
                 return None
             return _add(a, b, 1 if e.op == "+" else -1)
         if isinstance(e, ir.Bin) and e.op == "*":
-            a, b = self.form(e.a, after), self.form(e.b, after)
-            if a is None or b is None:
-                return None
-            for x, y in ((a, b), (b, a)):
-                if set(x) <= {"1"}:
-                    c = x.get("1", 0)
-                    return {key: c * v for key, v in y.items() if c * v}
-            return None
+            return _product(self.form(e.a, after), self.form(e.b, after))
         if isinstance(e, ir.Un) and e.op == "-":
             a = self.form(e.a, after)
             return None if a is None else {key: -v for key, v in a.items()}
@@ -150,7 +154,72 @@ def shape(loop: ir.For, before: dict[str, ir.Expr], ring_lets: frozenset[str] | 
     period = _period(loop.body, ring_lets or frozenset(), ring_ids)
     cap = 2 * period + 2
     ok, why, need = certify(loop, before, ring_lets or frozenset(), ring_ids, period)
+    for t in block_strides(loop, before):
+        c = _const_bound(loop.stop, before)
+        if c is None or c > t:  # may run into the next block's region: explore past it
+            need = max(need, t + period + 2)
+        elif c < t:  # stops short of the next block's region: a gap shows only at the largest trip counts
+            need = max(need, c + period + 2)
     return LoopShape(max(cap, need), ok, why)
+
+
+def _block_form(e, env: dict[str, ir.Expr], loop_var: str, depth: int = 0) -> Affine | None:
+    """Affine form of a scalar over the loop variable ("k"), block indices ("block<axis>") and other atoms,
+    following the scalar lets before the loop."""
+    if depth > 20:
+        return None
+    if isinstance(e, ir.Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
+        return {"1": e.value} if e.value else {}
+    if isinstance(e, ir.Special) and e.kind == "block_id":
+        return {f"block{e.axis}": 1}
+    if isinstance(e, ir.Var):
+        if e.name == loop_var:
+            return {"k": 1}
+        if e.name in env:
+            return _block_form(env[e.name], env, loop_var, depth + 1)
+        return {e.name: 1}
+    if isinstance(e, ir.Bin) and e.op in ("+", "-"):
+        a, b = _block_form(e.a, env, loop_var, depth + 1), _block_form(e.b, env, loop_var, depth + 1)
+        return None if a is None or b is None else _add(a, b, 1 if e.op == "+" else -1)
+    if isinstance(e, ir.Bin) and e.op == "*":
+        return _product(_block_form(e.a, env, loop_var, depth + 1), _block_form(e.b, env, loop_var, depth + 1))
+    return None
+
+
+def block_strides(loop: ir.For, before: dict[str, ir.Expr]) -> list[int]:
+    """Trip counts at which a global tile the loop walks (start `b * C + k * S + ...`, b a block index)
+    reaches the region of the next block along b: C / S. The translation argument (case (b)) compares a
+    block's steps with each other; whether a block's walk runs into its neighbour's region, or stops short
+    of it, shows only at trip counts near C / S, which the exploration must reach (a split-K loop without
+    its min(KCHUNK // BK, ...) sums the next split's K only past step KCHUNK / BK)."""
+    out: set[int] = set()
+    for x in walk(loop.body):
+        if not isinstance(x, ir.Ref) or x.space != "global":
+            continue
+        for st in x.starts:
+            f = _block_form(st, before, loop.var)
+            if not f or not f.get("k"):
+                continue
+            step = abs(f["k"])
+            for key, c in f.items():
+                if key.startswith("block") and abs(c) % step == 0 and abs(c) // step > 1:
+                    out.add(abs(c) // step)
+    return sorted(out)
+
+
+def _const_bound(stop, before: dict[str, ir.Expr], depth: int = 0) -> int | None:
+    """A constant the trip count `stop` never exceeds, syntactically (a constant, or the least constant
+    operand of a min), or None."""
+    if depth > 20 or stop is None:
+        return None
+    if isinstance(stop, ir.Const) and isinstance(stop.value, int):
+        return stop.value
+    if isinstance(stop, ir.Var) and stop.name in before:
+        return _const_bound(before[stop.name], before, depth + 1)
+    if isinstance(stop, ir.Math) and stop.fn == "min":
+        bounds = [b for b in (_const_bound(a, before, depth + 1) for a in stop.args) if b is not None]
+        return min(bounds) if bounds else None
+    return None
 
 
 def certify(loop: ir.For, before: dict[str, ir.Expr], ring_lets: frozenset[str], ring_ids: set[int],
