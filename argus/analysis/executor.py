@@ -27,7 +27,7 @@ from argus.dsl.diagnostics import Span
 from argus.dsl.types import ScalarT, TileT
 from argus.ir import nodes as ir
 from argus.ir.threads import MULTI, Holders, copy_thread
-from argus.ir.transform import role_groups, walk
+from argus.ir.transform import read_before_assigned, role_groups, walk
 
 MAX_PATHS = 96
 # the checks whose verdicts come from the explored paths (all but the kernel-only swizzle check)
@@ -36,39 +36,6 @@ TRACE_CHECKS = ("mma-contraction", "mma-accumulator", "store-coordinates", "accu
                 "async-overwrite", "race", "oob-global", "oob-shared", "output-unwritten", "output-written-twice",
                 "mma-layout", "misaligned-copy", "deadlock")
 
-
-
-def read_before_assigned(stmts) -> set[str]:
-    """Names a statement list assigns (Let) and reads before its first assignment in program order; a
-    nested loop's first iteration reads the value from before it; what a branch or a loop body assigns
-    is not assigned after it (it may not run)."""
-    assigned: set[str] = set()
-    lets: set[str] = set()
-    early: set[str] = set()
-
-    def reads(node) -> set[str]:
-        return {x.name for x in walk(node) if isinstance(x, ir.Var)}
-
-    def scan(body) -> None:
-        for st in body:
-            if isinstance(st, ir.Let):
-                early.update(reads(st.value) - assigned)
-                assigned.add(st.name)
-                lets.add(st.name)
-            elif isinstance(st, (ir.For, ir.If, ir.Role, ir.PipelineFor)):
-                for f in ("start", "stop", "step", "cond", "count"):
-                    if getattr(st, f, None) is not None:
-                        early.update(reads(getattr(st, f)) - assigned)
-                before = set(assigned)
-                for f in ("body", "then", "orelse", "producer", "consumer"):
-                    sub = getattr(st, f, None)
-                    if sub:
-                        scan(sub)
-                assigned.intersection_update(before)  # a branch or a loop body may not run
-            else:
-                early.update(reads(st) - assigned)
-    scan(tuple(stmts))
-    return early & lets
 
 
 class _Fork(Exception):
@@ -429,6 +396,11 @@ class Executor(TileRules, RingRules):
                                            for c in TRACE_CHECKS)
         self.steps.pop(s.var, None)
 
+    def carried_unknown(self, names, span) -> None:
+        self.trace.unknowns.extend(Unknown(c, span, f"a register value ({', '.join(names)}) is carried across the "
+                                           "tiles of a persistent loop; only a block's first two tiles are "
+                                           "modelled") for c in TRACE_CHECKS)
+
     def carried_across_tiles(self, loops, span) -> bool:
         """Register values a tile-loop body reads before assigning them, defined before the loop: a
         block's later tiles start from what its earlier tiles left (an accumulator zeroed once, before
@@ -437,9 +409,7 @@ class Executor(TileRules, RingRules):
         so such a loop is unknown where the two tiles do not already show a violation."""
         names = sorted({n for agent, loop in loops for n in read_before_assigned(loop.body) if n in agent.env})
         if names:
-            self.trace.unknowns.extend(Unknown(c, span, f"a register value ({', '.join(names)}) is carried across the "
-                                               "tiles of a persistent loop; only a block's first two tiles are "
-                                               "modelled") for c in TRACE_CHECKS)
+            self.carried_unknown(names, span)
         return bool(names)
 
     def quiescent(self) -> bool:

@@ -35,11 +35,12 @@ from dataclasses import dataclass, field
 import z3
 
 from argus.analysis.symbolic import Unsupported, as_int, solver
-from argus.analysis.trace import Obligation
+from argus.analysis.trace import Obligation, Unknown
 from argus.ir import nodes as ir
-from argus.ir.transform import walk
+from argus.ir.transform import read_before_assigned, walk
 
 MBAR_OPS = (ir.WaitBarrier, ir.Arrive, ir.ExpectTx)
+RING_CHECKS = ("async-read-before-wait", "async-overwrite", "deadlock")
 
 
 @dataclass
@@ -185,7 +186,7 @@ class RingRules:
             if plan.persistent:
                 yield from self._ring_tiles(plan, prod, cons, np_, nc)
             else:
-                yield from self._ring_steps(plan, prod, cons, np_[3], nc[3], 0, [])
+                yield from self._ring_steps(plan, prod, cons, np_[3], nc[3], None, [])
             self._plain(prod, np_[5])
             self._plain(cons, nc[5])
         finally:
@@ -222,6 +223,12 @@ class RingRules:
         return a
 
     def _ring_tiles(self, plan, prod, cons, np_, nc):
+        """The arbitrary tile t (the block's j-th) and the next one, t + G. The ring position of tile t is
+        a ghost Q, the steps the block ran before it: Q = j * n when every tile runs the same n steps
+        (provably independent of t); otherwise Q is exact only through a counter the roles carry across
+        tiles (c = c0 + Q at the tile's start, proved inductive: c = c0 + Q + n at its end), and without
+        one the protocol is proved for a block's first two tiles (Q = 0, and Q = n(t - G) at j = 1) and is
+        unknown for later ones."""
         lp, lc = np_[1], nc[1]
         b = self._same(prod, cons, lp.start, lc.start, "tile loops (first tile)", lp.span)
         g = self._same(prod, cons, lp.step, lc.step, "tile loops (stride)", lp.span)
@@ -231,17 +238,45 @@ class RingRules:
         self.fresh_id += 1
         t = z3.Int(f"{lp.var}@{self.fresh_id}")
         j = z3.Int(f"{lp.var}#j{self.fresh_id}")  # this tile is the block's j-th: t = b + j * G
+        ghost = z3.Int(f"ring_q#{self.fresh_id}")  # steps the block ran before tile t
         self.path.extend([t >= as_int(b), t < as_int(n)])
         self.tile_vars.append((t, lp, as_int(b), as_int(g), as_int(n)))
-        facts = [j >= 0, t == as_int(b) + j * as_int(g)]
+        facts = [j >= 0, t == as_int(b) + j * as_int(g), ghost >= 0, z3.Implies(j == 0, ghost == 0)]
         self.stale_records(lp)
         self.stale_records(lc)
+        # integer registers carried from tile to tile are candidate ring counters (c = c0 + Q); any
+        # other carried value is unknown past a block's first two tiles (carried_across_tiles)
+        counters, others = [], []
+        for agent, loop in ((prod, lp), (cons, lc)):
+            for name in sorted(read_before_assigned(loop.body)):
+                v = agent.env.get(name)
+                if isinstance(v, int) or (isinstance(v, z3.ArithRef) and v.is_int()):
+                    counters.append((agent, name, as_int(v)))
+                    agent.env[name] = as_int(v) + ghost
+                elif name in agent.env:
+                    others.append(name)
+        if others:
+            self.carried_unknown(others, lp.span)
         # the next tile only matters for shared memory outside the ring (the protocol orders the ring's
-        # stages across tiles): run it when a tile touches such memory
+        # stages across tiles): run it when a tile touches such memory, or a value is carried
         other = any(isinstance(x, ir.Ref) and x.space == "shared" and x.base not in plan.buffers
-                    for loop in (lp, lc) for x in walk(loop.body))
-        # and when a register value is carried from tile to tile (the next tile starts from this one's)
-        other = self.carried_across_tiles([(prod, lp), (cons, lc)], lp.span) or other
+                    for loop in (lp, lc) for x in walk(loop.body)) or bool(others) or bool(counters)
+        first = len(self.trace.obligations)
+        state = {"exact": False, "per_tile": None}
+
+        def position(per_tile):
+            if state["per_tile"] is not None:  # the next tile: Q plus the steps of tile t
+                return ghost + state["per_tile"], []
+            state["per_tile"] = per_tile
+            t2 = z3.Int(f"{lp.var}@{self.fresh_id}'")
+            s = solver(4000)
+            s.add(*self.ctx.constraints, *self.path, t2 >= as_int(b), t2 < as_int(n),
+                  per_tile != z3.substitute(per_tile, (t, t2)))
+            if s.check() == z3.unsat:
+                state["exact"] = True
+                return ghost, [ghost == j * per_tile]
+            return ghost, []
+
         for k, tile in enumerate((t, t + as_int(g))):
             if k == 1 and (not other or not self.decide(tile < as_int(n), lp.span)):
                 break
@@ -250,12 +285,40 @@ class RingRules:
             self.steps[lp.var] = tile
             self._plain(prod, np_[2])
             self._plain(cons, nc[2])
-            yield from self._ring_steps(plan, prod, cons, np_[3], nc[3], j + k, facts)
+            yield from self._ring_steps(plan, prod, cons, np_[3], nc[3], position, facts)
             self._plain(prod, np_[4])
             self._plain(cons, nc[4])
+            if k == 0 and counters:
+                self._counters_inductive(counters, ghost, state, lp.span)
         self.steps.pop(lp.var, None)
+        if not state["exact"]:
+            # Q is exact at j = 0 only: prove the protocol there, and say so for the later tiles
+            for o in self.trace.obligations[first:]:
+                if o.extra.get("ring"):
+                    o.domain.append(j == 0)
+            self.trace.unknowns.extend(Unknown(c, lp.span, "the step count of a tile varies with the tile, so the "
+                                               "ring position of a block's third and later tiles is the sum of its "
+                                               "earlier tiles' counts; carry it in a counter (step0 = step0 + n at "
+                                               "the tile's end) to have it proved") for c in RING_CHECKS)
 
-    def _ring_steps(self, plan, prod, cons, sp: ir.For, sc: ir.For, tile_index, facts):
+    def _counters_inductive(self, counters, ghost, state, span) -> None:
+        """A carried integer c with c = c0 + Q at tile t's start ends it at c0 + Q + n(t): by induction over
+        the block's tiles it is c0 plus the ring position at every tile, so Q is exact. Any other carried
+        integer is unknown past the first two tiles."""
+        per_tile = state["per_tile"] if state["per_tile"] is not None else z3.IntVal(0)
+        bad = []
+        for agent, name, c0 in counters:
+            end = agent.env.get(name)
+            s = solver(4000)
+            s.add(*self.ctx.constraints, *self.path, as_int(end) != c0 + ghost + per_tile)
+            if s.check() == z3.unsat:
+                state["exact"] = True
+            else:
+                bad.append(name)
+        if bad:
+            self.carried_unknown(sorted(set(bad)), span)
+
+    def _ring_steps(self, plan, prod, cons, sp: ir.For, sc: ir.For, position, facts):
         start = self._same(prod, cons, sp.start, sc.start, "step loops (start)", sp.span)
         step = self._same(prod, cons, sp.step, sc.step, "step loops (step)", sp.span)
         stop = self._same(prod, cons, sp.stop, sc.stop, "step loops (stop)", sp.span)
@@ -264,11 +327,12 @@ class RingRules:
         if step <= 0:
             raise Unsupported("loops with a non-positive step", sp.span)
         count = (as_int(stop) - start + step - 1) / step
+        per_tile = z3.If(count > 0, count, 0)
+        q0, more = position(per_tile) if position is not None else (0, [])
+        facts.extend(more)
         trips = count if not isinstance(stop, int) else max(0, -(-(stop - start) // step))
         if not isinstance(trips, int):
             trips = self.concrete(z3.If(count > 0, count, 0), sp.span, self.trip_cap.get(id(sp), 8), "trip count")
-        per_tile = z3.If(count > 0, count, 0)
-        q0 = 0 if isinstance(tile_index, int) and tile_index == 0 else as_int(tile_index) * per_tile
         checked = self._symbolic_step(plan, prod, cons, sp, sc, start, step, count, q0, facts)
         for kidx in range(trips):
             k = start + kidx * step

@@ -110,3 +110,36 @@ def role_groups(stmts: tuple[ir.Stmt, ...]):
         else:
             yield stmts[i]
             i += 1
+
+
+def read_before_assigned(stmts) -> set[str]:
+    """Names a statement list assigns (Let) and reads before its first assignment in program order; a
+    nested loop's first iteration reads the value from before it; what a branch or a loop body assigns
+    is not assigned after it (it may not run)."""
+    assigned: set[str] = set()
+    lets: set[str] = set()
+    early: set[str] = set()
+
+    def reads(node) -> set[str]:
+        return {x.name for x in walk(node) if isinstance(x, ir.Var)}
+
+    def scan(body) -> None:
+        for st in body:
+            if isinstance(st, ir.Let):
+                early.update(reads(st.value) - assigned)
+                assigned.add(st.name)
+                lets.add(st.name)
+            elif isinstance(st, (ir.For, ir.If, ir.Role, ir.PipelineFor)):
+                for f in ("start", "stop", "step", "cond", "count"):
+                    if getattr(st, f, None) is not None:
+                        early.update(reads(getattr(st, f)) - assigned)
+                before = set(assigned)
+                for f in ("body", "then", "orelse", "producer", "consumer"):
+                    sub = getattr(st, f, None)
+                    if sub:
+                        scan(sub)
+                assigned.intersection_update(before)  # a branch or a loop body may not run
+            else:
+                early.update(reads(st) - assigned)
+    scan(tuple(stmts))
+    return early & lets
