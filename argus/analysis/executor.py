@@ -525,7 +525,7 @@ class Executor(TileRules, RingRules):
         cands.sort(key=lambda r: r.land_pos)
         # a record that covers the view's whole region hides every older one
         for n in range(len(cands) - 1, -1, -1):
-            if _contains_region(cands[n].view, v):
+            if _contains_region(cands[n].view, v, self.provably_equal if self.ring is not None else None):
                 cands = cands[n:]
                 break
 
@@ -552,6 +552,11 @@ class Executor(TileRules, RingRules):
 
     def dims_of(self, tensor: str) -> tuple:
         return self.k.tensor(tensor).dims
+
+    def provably_equal(self, x, y) -> bool:
+        s = solver(1000)
+        s.add(*self.ctx.constraints, *self.path, as_int(x) != as_int(y))
+        return s.check() == z3.unsat
 
     def read_shared(self, v: View, span, multi: bool) -> object:
         pos = self.pos
@@ -751,12 +756,13 @@ def holders(layout: ir.RegLayout, view: View, owner_only: bool) -> Holders:
     return Holders(fragment_of(layout), len(view.shape) == 1, owner_only)
 
 
-def _contains_region(a: View, b: View) -> bool:
+def _contains_region(a: View, b: View, equal=None) -> bool:
     """Does record view `a` cover every element of view `b` (concrete starts; transposition is only
-    the order of the indices)?"""
+    the order of the indices)? `equal(x, y)` proves two symbolic starts equal on the path (a ring stage
+    one role indexes with a counter and the other with a closed form)."""
     for sa, ea, sb, eb in zip(a.starts, a.extents, b.starts, b.extents):
         if not (isinstance(sa, int) and isinstance(sb, int)):
-            if ea == eb and not isinstance(sa, int) and not isinstance(sb, int) and z3.eq(sa, sb):
+            if ea == eb and (z3.eq(as_int(sa), as_int(sb)) or (equal is not None and equal(sa, sb))):
                 continue
             return False
         if not (sa <= sb and sb + (eb or 1) <= sa + (ea or 1)):

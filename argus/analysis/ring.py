@@ -262,19 +262,26 @@ class RingRules:
         other = any(isinstance(x, ir.Ref) and x.space == "shared" and x.base not in plan.buffers
                     for loop in (lp, lc) for x in walk(loop.body)) or bool(others) or bool(counters)
         first = len(self.trace.obligations)
-        state = {"exact": False, "per_tile": None}
+        state = {"exact": False, "per_tile": None, "q": ghost}
 
         def position(per_tile):
             if state["per_tile"] is not None:  # the next tile: Q plus the steps of tile t
-                return ghost + state["per_tile"], []
+                return state["q"] + state["per_tile"], []
             state["per_tile"] = per_tile
             t2 = z3.Int(f"{lp.var}@{self.fresh_id}'")
             s = solver(4000)
             s.add(*self.ctx.constraints, *self.path, t2 >= as_int(b), t2 < as_int(n),
                   per_tile != z3.substitute(per_tile, (t, t2)))
             if s.check() == z3.unsat:
-                state["exact"] = True
-                return ghost, [ghost == j * per_tile]
+                # Q is j * n: put it in the registers that carry Q (so a role's counter and the other
+                # role's closed form index the same stage terms) and in the path
+                state["exact"], state["q"] = True, j * per_tile
+                self.path.extend([j >= 0, t == as_int(b) + j * as_int(g), ghost == j * per_tile])
+                for agent in (prod, cons):
+                    for name, v in agent.env.items():
+                        if isinstance(v, z3.ExprRef):
+                            agent.env[name] = z3.substitute(v, (ghost, j * per_tile))
+                return j * per_tile, [ghost == j * per_tile]
             return ghost, []
 
         for k, tile in enumerate((t, t + as_int(g))):
@@ -310,7 +317,7 @@ class RingRules:
         for agent, name, c0 in counters:
             end = agent.env.get(name)
             s = solver(4000)
-            s.add(*self.ctx.constraints, *self.path, as_int(end) != c0 + ghost + per_tile)
+            s.add(*self.ctx.constraints, *self.path, as_int(end) != c0 + state["q"] + per_tile)
             if s.check() == z3.unsat:
                 state["exact"] = True
             else:
