@@ -6,8 +6,10 @@ side by side in one process: bf16 Q, K, V, O in [B, H, S, D], fp32 statistics, f
     python3 benchmarks/bench_attention.py --variants default --configs 4096x128 --iters 10 --md -
 
 Configurations: B * S = 16384 tokens, H * D = 2048, S in {1024, 4096, 16384}, D in {64, 128}, causal
-and not (SQ = SKV, so causal alignment is the same for torch and Argus). FLOPs = 4 * B * H * S^2 * D,
-halved for causal.
+and not (SQ = SKV, so causal alignment is the same for torch and Argus); D = 256 at S 4096; and with an
+explicit batch and heads (`SxD[c]:B,H,HKV`): GQA prefill (H 32, HKV 8, causal, S 8192) and a large batch of
+short sequences (B 32, H 32, S 512). FLOPs = 4 * B * H * S^2 * D, halved for causal; torch runs GQA with
+enable_gqa=True.
 
 Each variant is first checked in a child process at small irregular shapes (D 64 and 128, causal and
 not, GQA, SQ != SKV): a faulting kernel then costs only that variant. In the main process, per
@@ -36,7 +38,29 @@ from benchlib import checked_variants, output_args, write_markdown  # noqa: E402
 
 FA_FILE = "examples/flash_attention.arg"
 TOKENS, WIDTH = 16384, 2048
-CONFIGS = [(s, d, c) for s in (1024, 4096, 16384) for d in (64, 128) for c in (False, True)]
+# (S, D, causal, B, H, GROUP): GROUP query heads share a kv head (HKV = H / GROUP)
+CONFIGS = [(s, d, c, TOKENS // s, WIDTH // d, 1) for s in (1024, 4096, 16384) for d in (64, 128) for c in (False, True)]
+CONFIGS += [(4096, 256, c, TOKENS // 4096, WIDTH // 256, 1) for c in (False, True)]
+CONFIGS += [(8192, 128, True, 1, 32, 4), (512, 128, False, 32, 32, 1), (512, 128, True, 32, 32, 1)]
+
+
+def config_name(cfg) -> str:
+    s, d, c, b, h, g = cfg
+    name = f"{s}x{d}{'c' if c else ''}"
+    return name if (b, h, g) == (TOKENS // s, WIDTH // d, 1) else f"{name}:{b},{h},{h // g}"
+
+
+def parse_config(text: str):
+    """`SxD[c]` (B * S = 16384, H * D = 2048) or `SxD[c]:B,H,HKV`."""
+    head, _, tail = text.partition(":")
+    causal = head.endswith("c")
+    s, d = (int(x) for x in head.rstrip("c").split("x"))
+    if not tail:
+        return s, d, causal, TOKENS // s, WIDTH // d, 1
+    b, h, hkv = (int(x) for x in tail.split(","))
+    if h % hkv:
+        raise SystemExit(f"config {text}: H = {h} is not a multiple of HKV = {hkv}")
+    return s, d, causal, b, h, h // hkv
 # (HD, CAUSAL, GROUP, B, HKV, SQ, SKV)
 CHECKS = [(128, False, 1, 1, 2, 200, 333), (64, True, 4, 1, 1, 333, 517), (128, True, 1, 2, 1, 256, 256),
           (64, False, 1, 1, 2, 129, 100)]
@@ -101,8 +125,8 @@ def prebuild(variants: list[Variant], configs) -> None:
 
     jobs = {(v.key, hd, causal, group): ({**v.params, "HD": hd, "CAUSAL": causal, "GROUP": group}, v.codegen, v.file)
             for v in variants for hd, causal, group, *_ in CHECKS}
-    jobs.update({(v.key, d, c, 1): ({**v.params, "HD": d, "CAUSAL": c, "GROUP": 1}, v.codegen, v.file)
-                 for v in variants for _, d, c in configs})
+    jobs.update({(v.key, d, c, g): ({**v.params, "HD": d, "CAUSAL": c, "GROUP": g}, v.codegen, v.file)
+                 for v in variants for _, d, c, _, _, g in configs})
     t0 = time.time()
     with cf.ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4), mp_context=mp.get_context("spawn")) as pool:
         for key, res in zip(jobs, pool.map(_warm, list(jobs.values())), strict=True):
@@ -144,12 +168,14 @@ def accepted(chk, library_checks) -> bool:
 
 
 def reference_heads(q, k, v, causal: bool, pairs):
-    """float64 attention on the GPU for the (batch, head) pairs: (O, LSE) of each."""
+    """float64 attention on the GPU for the (batch, head) pairs: (O, LSE) of each (query head h reads kv
+    head h // (H / HKV))."""
     import torch
 
     out = []
+    group = q.shape[1] // k.shape[1]
     for b, h in pairs:
-        qq, kk, vv = (x[b, h].double() for x in (q, k, v))
+        qq, kk, vv = q[b, h].double(), k[b, h // group].double(), v[b, h // group].double()
         s = (qq @ kk.T) / (q.shape[-1] ** 0.5)
         if causal:
             n = s.shape[0]
@@ -180,20 +206,21 @@ def run(variants: list[Variant], configs, iters: int) -> dict:
     for v in variants:
         out["variants"][v.key] = {"title": v.title, "params": {**v.params, **v.codegen}, "resources": {},
                                   "file": v.file}
-        for hd in sorted({d for _, d, _ in configs}):
-            for causal in sorted({c for _, _, c in configs}):
-                t0 = time.time()
-                gk = _load(v, hd, causal)
-                kernels[v.key, hd, causal] = gk
-                res = "; ".join(r.summary() for r in gk.built.resources.values())
-                out["variants"][v.key]["resources"][f"D={hd} causal={causal}"] = res
-                print(f"[{v.key}] D={hd} causal={causal} built in {time.time() - t0:.1f}s: {res}", flush=True)
-    for s, d, causal in configs:
-        b, h = TOKENS // s, WIDTH // d
+        for hd, causal, group in sorted({(d, c, g) for _, d, c, _, _, g in configs}):
+            t0 = time.time()
+            gk = _load(v, hd, causal, group)
+            kernels[v.key, hd, causal, group] = gk
+            res = "; ".join(r.summary() for r in gk.built.resources.values())
+            what = f"D={hd} causal={causal}" + (f" GROUP={group}" if group > 1 else "")
+            out["variants"][v.key]["resources"][what] = res
+            print(f"[{v.key}] {what} built in {time.time() - t0:.1f}s: {res}", flush=True)
+    for s, d, causal, b, h, group in configs:
+        hkv = h // group
         fl = flops(b, h, s, d, causal)
         gen = torch.Generator(device="cuda")
-        gen.manual_seed(s * 7 + d + causal)
-        q, k, v_ = (torch.randn((b, h, s, d), device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3))
+        gen.manual_seed(s * 7 + d + causal + 1000 * group + b)
+        q = torch.randn((b, h, s, d), device="cuda", generator=gen).to(torch.bfloat16)
+        k, v_ = (torch.randn((b, hkv, s, d), device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2))
         pairs = [(0, 0), (b - 1, h - 1)]
         heads = reference_heads(q, k, v_, causal, pairs)
         ref, ref_lse = np.stack([o for o, _ in heads]), np.stack([x for _, x in heads])
@@ -205,7 +232,7 @@ def run(variants: list[Variant], configs, iters: int) -> dict:
         for v in variants:
             o = torch.full((b, h, s, d), float("nan"), device="cuda", dtype=torch.bfloat16)
             lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
-            kernels[v.key, d, causal](q, k, v_, o, lse)
+            kernels[v.key, d, causal, group](q, k, v_, o, lse)
             torch.cuda.synchronize()
             checks[v.key] = check(o)
             lse_checks[v.key] = compare("LSE", torch.stack([lse[bb, hh] for bb, hh in pairs]).cpu().numpy(),
@@ -214,32 +241,34 @@ def run(variants: list[Variant], configs, iters: int) -> dict:
         base_checks = {}
         for name, be in backends.items():
             with sdpa_kernel([be]):
-                base_checks[name] = check(F.scaled_dot_product_attention(q, k, v_, is_causal=causal))
-        set_bytes = 4 * b * h * s * d * 2
+                base_checks[name] = check(F.scaled_dot_product_attention(q, k, v_, is_causal=causal,
+                                                                         enable_gqa=group > 1))
+        set_bytes = (2 * h + 2 * hkv) * b * s * d * 2
         nsets = max(2, min(8, -(-L2_ROTATE_BYTES // set_bytes)))
-        sets = [tuple(torch.randn((b, h, s, d), device="cuda").to(torch.bfloat16) for _ in range(3))
+        sets = [(torch.randn((b, h, s, d), device="cuda").to(torch.bfloat16),)
+                + tuple(torch.randn((b, hkv, s, d), device="cuda").to(torch.bfloat16) for _ in range(2))
                 + (torch.empty((b, h, s, d), device="cuda", dtype=torch.bfloat16),
                    torch.empty((b, h, s), device="cuda", dtype=torch.float32)) for _ in range(nsets)]
 
-        def sdpa(be, x, y, z, c=causal):
+        def sdpa(be, x, y, z, c=causal, gqa=group > 1):
             with sdpa_kernel([be]):
-                return F.scaled_dot_product_attention(x, y, z, is_causal=c)
+                return F.scaled_dot_product_attention(x, y, z, is_causal=c, enable_gqa=gqa)
 
         fns = {name: [(lambda x=x, y=y, z=z, be=be: sdpa(be, x, y, z)) for x, y, z, *_ in sets]
                for name, be in backends.items()}
         for v in variants:
             if accepted(checks[v.key], base_checks.values()) and lse_checks[v.key].ok:
-                fns[v.key] = [kernels[v.key, d, causal].prepare(*args) for args in sets]
+                fns[v.key] = [kernels[v.key, d, causal, group].prepare(*args) for args in sets]
         times = time_interleaved(fns, iters)
         base = {name: fl / times[name].median_ms / 1e9 for name in backends}
-        line = (f"S={s} D={d} causal={causal} (B={b} H={h}): cuDNN {base['cudnn']:6.1f} TF/s, "
+        line = (f"S={s} D={d} causal={causal} (B={b} H={h} HKV={hkv}): cuDNN {base['cudnn']:6.1f} TF/s, "
                 f"flash {base['flash']:6.1f} TF/s")
         for name, c in base_checks.items():
             if not c.ok:
                 print(f"  [{name}] under the same criterion: {c.describe()}", flush=True)
         for v in variants:
             chk = checks[v.key]
-            row = {"variant": v.key, "S": s, "D": d, "causal": causal, "B": b, "H": h,
+            row = {"variant": v.key, "S": s, "D": d, "causal": causal, "B": b, "H": h, "HKV": hkv,
                    "ok": accepted(chk, base_checks.values()) and lse_checks[v.key].ok, "strict_ok": chk.ok,
                    "lse_ok": lse_checks[v.key].ok, "lse_rel_error": lse_checks[v.key].rel_error,
                    "rel_error": chk.rel_error, "wrong": chk.bad, "nonfinite": chk.nonfinite,
@@ -269,8 +298,8 @@ def markdown(res: dict, iters: int) -> str:
         "# Attention: Argus vs torch SDPA (cuDNN, flash)",
         "",
         f"Measured {env.get('date')} on {env.get('gpu')}, driver {env.get('driver')}, torch {env.get('torch')}, "
-        f"NVRTC {env.get('nvrtc')}; forward, bf16 Q/K/V/O in [B, H, S, D], B * S = {TOKENS} tokens, "
-        f"H * D = {WIDTH}, SQ = SKV = S, no GQA.",
+        f"NVRTC {env.get('nvrtc')}; forward, bf16 Q/K/V/O in [B, H, S, D] (K, V: [B, HKV, S, D]), B * S = "
+        f"{TOKENS} tokens and H * D = {WIDTH} where B, H, HKV are not given, SQ = SKV = S.",
         "",
         "Method (benchmarks/bench_attention.py): per config, fresh random inputs and NaN-poisoned outputs; every "
         "variant and both torch backends checked on two (batch, head) pairs against a float64 attention with the "
@@ -283,13 +312,14 @@ def markdown(res: dict, iters: int) -> str:
     for key, v in res["variants"].items():
         lines += [f"## {v['title']}", "", f"`{v.get('file', FA_FILE)}` {v['params'] or ''}  "]
         lines += [f"ptxas {cfg}: {r}  " for cfg, r in v["resources"].items()]
-        lines += ["", "| S | D | causal | Argus TFLOP/s | cuDNN TFLOP/s | flash TFLOP/s | vs cuDNN | vs flash | "
-                  "rel. error | LSE rel. error | correct |",
-                  "|---:|---:|:---:|---:|---:|---:|---:|---:|---:|---:|:---:|"]
+        lines += ["", "| S | D | causal | B, H, HKV | Argus TFLOP/s | cuDNN TFLOP/s | flash TFLOP/s | vs cuDNN | "
+                  "vs flash | rel. error | LSE rel. error | correct |",
+                  "|---:|---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"]
         for r in res["rows"]:
             if r["variant"] != key:
                 continue
-            head = f"| {r['S']} | {r['D']} | {'yes' if r['causal'] else 'no'} |"
+            head = (f"| {r['S']} | {r['D']} | {'yes' if r['causal'] else 'no'} | "
+                    f"{r['B']}, {r['H']}, {r.get('HKV', r['H'])} |")
             if "tflops" in r:
                 ok = "yes" if r["strict_ok"] else f"as libs ({r['wrong']} el.)*" if r["ok"] else "NO"
                 lines.append(f"{head} {r['tflops']:.1f} | {r['cudnn_tflops']:.1f} | {r['flash_tflops']:.1f} | "
@@ -310,20 +340,15 @@ def markdown(res: dict, iters: int) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variants", default=",".join(v.key for v in VARIANTS))
-    ap.add_argument("--configs", default=",".join(f"{s}x{d}{'c' if c else ''}" for s, d, c in CONFIGS),
-                    help="SxD, with a trailing c for causal (e.g. 4096x128,4096x128c)")
+    ap.add_argument("--configs", default=",".join(config_name(c) for c in CONFIGS),
+                    help="SxD, with a trailing c for causal, optionally :B,H,HKV (e.g. 4096x128,8192x128c:1,32,8)")
     output_args(ap, "attention", iters=30)
     args = ap.parse_args()
     if args.child_check:
         return child_check(args.child_check)
     keys = [k for k in args.variants.split(",") if k]
     variants = [v for v in VARIANTS if v.key in keys]
-    configs = []
-    for c in args.configs.split(","):
-        if c:
-            causal = c.endswith("c")
-            s, d = c.rstrip("c").split("x")
-            configs.append((int(s), int(d), causal))
+    configs = [parse_config(c) for c in args.configs.split(",") if c]
     prebuild(variants, configs)
     if not args.no_child_check:  # all children at once
         variants = checked_variants(__file__, variants, timeout=240)
