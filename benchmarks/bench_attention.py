@@ -7,7 +7,7 @@ side by side in one process: bf16 Q, K, V, O in [B, H, S, D], fp32 statistics, f
 
 Configurations: B * S = 16384 tokens, H * D = 2048, S in {1024, 4096, 16384}, D in {64, 128}, causal
 and not (SQ = SKV, so causal alignment is the same for torch and Argus); D = 256 at S 4096; and with an
-explicit batch and heads (`SxD[c]:B,H,HKV`): GQA prefill (H 32, HKV 8, causal, S 8192) and a large batch of
+explicit batch and heads (`SxD[c]:B/H/HKV`): GQA prefill (H 32, HKV 8, causal, S 8192) and a large batch of
 short sequences (B 32, H 32, S 512). FLOPs = 4 * B * H * S^2 * D, halved for causal; torch runs GQA with
 enable_gqa=True.
 
@@ -47,17 +47,17 @@ CONFIGS += [(8192, 128, True, 1, 32, 4), (512, 128, False, 32, 32, 1), (512, 128
 def config_name(cfg) -> str:
     s, d, c, b, h, g = cfg
     name = f"{s}x{d}{'c' if c else ''}"
-    return name if (b, h, g) == (TOKENS // s, WIDTH // d, 1) else f"{name}:{b},{h},{h // g}"
+    return name if (b, h, g) == (TOKENS // s, WIDTH // d, 1) else f"{name}:{b}/{h}/{h // g}"
 
 
 def parse_config(text: str):
-    """`SxD[c]` (B * S = 16384, H * D = 2048) or `SxD[c]:B,H,HKV`."""
+    """`SxD[c]` (B * S = 16384, H * D = 2048) or `SxD[c]:B/H/HKV`."""
     head, _, tail = text.partition(":")
     causal = head.endswith("c")
     s, d = (int(x) for x in head.rstrip("c").split("x"))
     if not tail:
         return s, d, causal, TOKENS // s, WIDTH // d, 1
-    b, h, hkv = (int(x) for x in tail.split(","))
+    b, h, hkv = (int(x) for x in tail.split("/"))
     if h % hkv:
         raise SystemExit(f"config {text}: H = {h} is not a multiple of HKV = {hkv}")
     return s, d, causal, b, h, h // hkv
@@ -341,7 +341,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variants", default=",".join(v.key for v in VARIANTS))
     ap.add_argument("--configs", default=",".join(config_name(c) for c in CONFIGS),
-                    help="SxD, with a trailing c for causal, optionally :B,H,HKV (e.g. 4096x128,8192x128c:1,32,8)")
+                    help="SxD, with a trailing c for causal, optionally :B/H/HKV (e.g. 4096x128,8192x128c:1/32/8)")
     output_args(ap, "attention", iters=30)
     args = ap.parse_args()
     if args.child_check:
