@@ -227,8 +227,8 @@ class RingRules:
         a ghost Q, the steps the block ran before it: Q = j * n when every tile runs the same n steps
         (provably independent of t); otherwise Q is exact only through a counter the roles carry across
         tiles (c = c0 + Q at the tile's start, proved inductive: c = c0 + Q + n at its end), and without
-        one the protocol is proved for a block's first two tiles (Q = 0, and Q = n(t - G) at j = 1) and is
-        unknown for later ones."""
+        one the protocol is proved for a block's first two tiles (t at j = 0, where Q = 0, and the next one
+        at n(t)) and is unknown for later ones."""
         lp, lc = np_[1], nc[1]
         b = self._same(prod, cons, lp.start, lc.start, "tile loops (first tile)", lp.span)
         g = self._same(prod, cons, lp.step, lc.step, "tile loops (stride)", lp.span)
