@@ -141,7 +141,8 @@ def test_rank3_output_uses_a_rank3_tma_store() -> None:
 @pytest.mark.slow
 def test_lowered_kernels_compile_for_sm90a() -> None:
     for f, params in [("gemm_ws.arg", {}), ("linear.arg", {}), ("gemm_fp8.arg", {}), ("gemm_epilogue.arg", {}),
-                      ("gemm_ws.arg", {"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8})]:
+                      ("gemm_ws.arg", {"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8}),
+                      ("gemm_ws.arg", {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6})]:
         built = build(build_file(EXAMPLES / f, params), arch="sm_90a", cache=False)
         assert built.generated.bulk_outputs, f
 
@@ -155,7 +156,8 @@ def test_both_lowerings_match_float64_on_gpu(bulk: bool, shape: tuple[int, int, 
     from argus.runtime.launch import GpuKernel
 
     M, N, K = shape
-    for params in ({"SMS": 3}, {"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8, "SMS": 5}):
+    for params in ({"SMS": 3}, {"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8, "SMS": 5},
+                   {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6, "SMS": 5}):
         gk = GpuKernel(build(build_file(EXAMPLES / "gemm_ws.arg", params), arch=ARCH, bulk_store=bulk), 0)
         assert bool(gk.generated.bulk_outputs) == bulk
         checks, _ = check_on_gpu(gk, {"M": M, "N": N, "K": K}, seed=M + N)

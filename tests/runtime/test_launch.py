@@ -142,8 +142,9 @@ def test_gemm_on_gpu(mma: str, shape: tuple[int, int, int]) -> None:
 
 
 @gpu
-@pytest.mark.parametrize("params", [{}, {"SMS": 3}, {"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8}],
-                         ids=["default", "3-blocks-persistent", "small-tiles"])
+@pytest.mark.parametrize("params", [{}, {"SMS": 3}, {"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8},
+                                    {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6}],
+                         ids=["default", "3-blocks-persistent", "small-tiles", "small-tiles-bk128"])
 @pytest.mark.parametrize("shape", SHAPES, ids=IDS)
 def test_gemm_ws_on_gpu(params: dict, shape: tuple[int, int, int]) -> None:
     M, N, K = shape
