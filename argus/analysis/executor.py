@@ -553,8 +553,9 @@ class Executor(TileRules, RingRules):
     def dims_of(self, tensor: str) -> tuple:
         return self.k.tensor(tensor).dims
 
-    def provably_equal(self, x, y) -> bool:
-        s = solver(1000)
+    def provably_equal(self, x, y, ms: int = 1000) -> bool:
+        """x == y on this path (unsat of x != y under the kernel's and the path's constraints)."""
+        s = solver(ms)
         s.add(*self.ctx.constraints, *self.path, as_int(x) != as_int(y))
         return s.check() == z3.unsat
 

@@ -296,7 +296,7 @@ class RingRules:
             self._plain(prod, np_[4])
             self._plain(cons, nc[4])
             if k == 0 and counters:
-                self._counters_inductive(counters, ghost, state, lp.span)
+                self._counters_inductive(counters, state, lp.span)
         self.steps.pop(lp.var, None)
         if not state["exact"]:
             # Q is exact at j = 0 only: prove the protocol there, and say so for the later tiles
@@ -308,17 +308,14 @@ class RingRules:
                                                "earlier tiles' counts; carry it in a counter (step0 = step0 + n at "
                                                "the tile's end) to have it proved") for c in RING_CHECKS)
 
-    def _counters_inductive(self, counters, ghost, state, span) -> None:
+    def _counters_inductive(self, counters, state, span) -> None:
         """A carried integer c with c = c0 + Q at tile t's start ends it at c0 + Q + n(t): by induction over
         the block's tiles it is c0 plus the ring position at every tile, so Q is exact. Any other carried
         integer is unknown past the first two tiles."""
         per_tile = state["per_tile"] if state["per_tile"] is not None else z3.IntVal(0)
         bad = []
         for agent, name, c0 in counters:
-            end = agent.env.get(name)
-            s = solver(4000)
-            s.add(*self.ctx.constraints, *self.path, as_int(end) != c0 + state["q"] + per_tile)
-            if s.check() == z3.unsat:
+            if self.provably_equal(agent.env.get(name), c0 + state["q"] + per_tile, 4000):
                 state["exact"] = True
             else:
                 bad.append(name)
