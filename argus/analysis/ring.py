@@ -25,6 +25,12 @@ stage after releasing it. Data flow is then sequential (the consumer reads the c
 and the ring buffers' accesses are ordered by the protocol (exempt from the race check). A nest that is
 not this pattern falls back to simulating the roles (argus.analysis.executor), or is unknown when it
 runs a persistent tile loop (the simulation cannot carry mbarrier phases across symbolic tiles).
+
+The generated code may hand a stage back later than the IR's arrive (argus/codegen/release_lag.py:
+after the next step's wgmmas are issued). What is proved here covers it: a later release only delays
+the producer, and with S >= 2 the producer's step q + 1 needs the release of step q + 1 - S <= q - 1,
+which the consumer has made before it waits at step q + 1. The plan itself (roles, barriers, buffers,
+loops) is structural and shared with the code generator: argus/ir/rings.py.
 """
 
 from __future__ import annotations
@@ -37,22 +43,11 @@ import z3
 from argus.analysis.symbolic import Unsupported, as_int, solver
 from argus.analysis.trace import Obligation, Unknown
 from argus.ir import nodes as ir
+from argus.ir.rings import RingPlan, ring_plan
+from argus.ir.rings import role_nest as _nest
 from argus.ir.transform import read_before_assigned, walk
 
-MBAR_OPS = (ir.WaitBarrier, ir.Arrive, ir.ExpectTx)
 RING_CHECKS = ("async-read-before-wait", "async-overwrite", "deadlock")
-
-
-@dataclass
-class RingPlan:
-    producer: ir.Role
-    consumer: ir.Role
-    full: str  # completed by the producer's expect_tx and its bulk copies
-    empty: str  # completed by the consumer's releases
-    stages: int
-    buffers: frozenset[str]  # written by the producer's bulk copies
-    persistent: bool  # the step loops sit inside a persistent tile loop
-    problems: list = field(default_factory=list)  # (code, span, message): static protocol errors
 
 
 @dataclass
@@ -71,99 +66,6 @@ class RingStep:
 
 class DryAbort(Exception):
     """The symbolic step reached a decision it cannot take without forking the path."""
-
-
-def _split(body: tuple[ir.Stmt, ...]) -> tuple[tuple, ir.For | None, tuple] | None:
-    loops = [i for i, s in enumerate(body) if isinstance(s, ir.For)]
-    if len(loops) != 1:
-        return None
-    i = loops[0]
-    return body[:i], body[i], body[i + 1:]
-
-
-def _nest(role: ir.Role):
-    """(pre, tile loop | None, tile pre, step loop, tile post, post) of a role, or None."""
-    top = _split(role.body)
-    if top is None:
-        return None
-    pre, loop, post = top
-    if loop.kind == "persistent":
-        inner = _split(loop.body)
-        if inner is None or inner[1].kind == "persistent":
-            return None
-        return pre, loop, inner[0], inner[1], inner[2], post
-    return pre, None, (), loop, (), post
-
-
-def ring_plan(roles: tuple[ir.Role, ...], barriers: dict[str, ir.AllocBarrier]) -> RingPlan | str:
-    """The ring of a producer/consumer role pair, or the reason the roles are not one."""
-    kinds = sorted(r.kind for r in roles)
-    if kinds != ["consumer", "producer"]:
-        return "the roles are not one producer and one consumer"
-    prod = next(r for r in roles if r.kind == "producer")
-    cons = next(r for r in roles if r.kind == "consumer")
-    np_, nc = _nest(prod), _nest(cons)
-    if np_ is None or nc is None:
-        return "a role is not a single loop nest (optionally inside one persistent tile loop)"
-    if (np_[1] is None) != (nc[1] is None):
-        return "one role runs a persistent tile loop and the other does not"
-    pstep, cstep = np_[3], nc[3]
-    copies = [s for s in walk(pstep.body) if isinstance(s, ir.Copy) and s.mode == "bulk"]
-    if not copies or any(c.barrier is None for c in copies):
-        return "the producer's step issues no bulk copies completing on an mbarrier"
-    fulls = {c.barrier.name for c in copies}
-    if len(fulls) != 1:
-        return "the producer's copies complete on different mbarriers"
-    full = fulls.pop()
-    pwaits = [s for s in walk(pstep.body) if isinstance(s, ir.WaitBarrier)]
-    if len(pwaits) != 1:
-        return "the producer's step does not wait exactly once"
-    empty = pwaits[0].barrier.name
-    if empty == full or full not in barriers or empty not in barriers:
-        return "the producer waits on the barrier its copies complete"
-    for role, nest in ((prod, np_), (cons, nc)):
-        # a one-shot barrier of the role's own (a TMA load of a tile it keeps, completed and waited for
-        # before the steps) is simulated with the role's plain statements; the ring's are not touched
-        outside = [s for part in (nest[0], nest[2], nest[4], nest[5]) for s in walk(part) if isinstance(s, MBAR_OPS)]
-        if any(s.barrier.name in (full, empty) for s in outside) or (outside and nest[1] is not None):
-            return f"the {role.kind} uses the ring's mbarriers outside its step loop"
-        other = cons if role is prod else prod
-        theirs = {s.barrier.name for s in walk(other.body) if isinstance(s, MBAR_OPS)}
-        if any(s.barrier.name in theirs for s in outside):
-            return f"the {role.kind} shares a one-shot mbarrier with the other role"
-    S = barriers[full].n or 1
-    if (barriers[empty].n or 1) != S:
-        return f"'{full}' and '{empty}' have different numbers of stages"
-    buffers = frozenset(c.dst.base for c in copies)
-    for role, nest in ((prod, np_), (cons, nc)):
-        for part in (nest[0], nest[2], nest[4], nest[5]):
-            for x in walk(part):
-                if isinstance(x, ir.Ref) and x.space == "shared" and x.base in buffers:
-                    return f"the {role.kind} touches ring buffer '{x.base}' outside its step loop"
-    for x in walk(pstep.body):
-        if isinstance(x, ir.Ref) and x.space == "shared" and x.base in buffers and \
-                not any(c.dst is x for c in copies):
-            return f"the producer reads ring buffer '{x.base}'"
-    cwaits = [s for s in walk(cstep.body) if isinstance(s, ir.WaitBarrier)]
-    if len(cwaits) != 1 or cwaits[0].barrier.name != full:
-        return f"the consumer's step does not wait exactly once, on '{full}'"
-    plan = RingPlan(prod, cons, full, empty, S, buffers, np_[1] is not None)
-    for role, step in ((prod, pstep), (cons, cstep)):
-        for x in walk(step.body):
-            if isinstance(x, (ir.Arrive, ir.ExpectTx, ir.WaitBarrier)) and x.barrier.name not in (full, empty):
-                return f"the {role.kind} uses a third mbarrier '{x.barrier.name}' in its step"
-    expects = [s for s in walk(pstep.body) if isinstance(s, ir.ExpectTx)]
-    f_arrivals = len(expects) + sum(isinstance(s, ir.Arrive) and s.barrier.name == full for s in walk(pstep.body))
-    e_arrivals = sum(isinstance(s, ir.Arrive) and s.barrier.name == empty for s in walk(cstep.body))
-    if f_arrivals != barriers[full].count:
-        plan.problems.append(("deadlock", barriers[full].span,
-                              f"'{full}' completes after {barriers[full].count} arrival(s) but the producer arrives "
-                              f"{f_arrivals} time(s) per step"))
-    if e_arrivals != barriers[empty].count:
-        plan.problems.append(("deadlock" if e_arrivals < barriers[empty].count else "async-overwrite",
-                              barriers[empty].span, f"'{empty}' completes after {barriers[empty].count} "
-                              f"arrival(s) but the consumer releases a stage {e_arrivals} time(s) per step"))
-    return plan
 
 
 class RingRules:
