@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 import z3
-from hypothesis import given, reject, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from argus.ir import arith
@@ -268,7 +268,9 @@ def test_coalesce_preserves_function(lay: Layout) -> None:
     assert c.rank() <= lay.flatten().rank()
 
 
-@settings(max_examples=60, deadline=None)
+# most random pairs do not compose (b's codomain past a's domain): rejecting them is the point, so
+# hypothesis' filter health check (which fired on 2 cores, 9 kept of 59) is off for this test
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(layouts(shapes=SHAPES), layouts(shapes=SHAPES, max_stride=12))
 def test_composition_is_function_composition(a: Layout, b: Layout) -> None:
     if b.cosize() > a.size():
