@@ -66,6 +66,8 @@ VARIANTS = [
     # `specialize` rules of gemm_ws.arg / linear.arg; each set verifies with argus check -D ...)
     Variant("ws-128x64", "gemm_ws.arg BM=128 BN=64 CONSUMERS=2 STAGES=8", "examples/gemm_ws.arg",
             {"BM": 128, "BN": 64, "CONSUMERS": 2, "STAGES": 8}),
+    Variant("ws-128x64-nolag", "ws-128x64 with each stage released right after its step's wgmmas (release_lag off)",
+            "examples/gemm_ws.arg", {"BM": 128, "BN": 64, "CONSUMERS": 2, "STAGES": 8}, {"release_lag": False}),
     Variant("ws-64x128", "gemm_ws.arg BM=64 BN=128 CONSUMERS=1 STAGES=6", "examples/gemm_ws.arg",
             {"BM": 64, "BN": 128, "CONSUMERS": 1, "STAGES": 6}),
     Variant("ws-128x128", "gemm_ws.arg BM=128 BN=128 CONSUMERS=2 STAGES=6", "examples/gemm_ws.arg",
@@ -92,6 +94,12 @@ VARIANTS = [
             "examples/gemm_ws.arg", auto=True),
     Variant("linear-auto", "linear.arg as `argus.load(...)(X, W, Y)` runs it: the params its `specialize` picks",
             "examples/linear.arg", layout="NT", auto=True),
+    # the consumer's stage release one step late (argus/codegen/release_lag.py, the default) against the
+    # literal release after each step's wgmmas
+    Variant("ws-auto-nolag", "ws-auto with each stage released right after its step's wgmmas (release_lag off)",
+            "examples/gemm_ws.arg", {}, {"release_lag": False}, auto=True),
+    Variant("linear-auto-nolag", "linear-auto with each stage released right after its step's wgmmas",
+            "examples/linear.arg", {}, {"release_lag": False}, "NT", auto=True),
 ]
 
 

@@ -86,7 +86,8 @@ def test_kernel_call_builds_the_selected_param_set() -> None:
     # the rules of gemm_ws.arg by shape class (measured on the H200: benchmarks/results/gemm_tiles_probe_*)
     picked = {shape: k.specialized(dict(zip("MNK", shape))).params for shape in
               [(16, 8192, 8192), (128, 14336, 4096), (256, 4096, 4096), (2048, 2048, 2048)]}
-    assert picked == {(16, 8192, 8192): {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6},
+    assert picked == {(16, 8192, 8192): {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6,
+                                         "RELEASE": "immediate"},
                       (128, 14336, 4096): {"BN": 128, "STAGES": 6}, (256, 4096, 4096): {"BN": 64, "STAGES": 8},
                       (2048, 2048, 2048): {}}
 
@@ -95,11 +96,12 @@ def test_check_verifies_every_specialization(capsys) -> None:
     path = str(EXAMPLES / "gemm_ws.arg")
     assert main(["check", path, "--no-test", "--no-replay"]) == 0
     out = capsys.readouterr().out
-    assert out.count("verified (") == 4 and out.count("specialize at line") == 3
+    assert out.count("verified (") == 5 and out.count("specialize at line") == 4
     assert main(["check", path, "--no-test", "--format", "json"]) == 0
     rec = json.loads(capsys.readouterr().out)
     assert rec["status"] == "verified"
     assert [s["specialize"]["params"] for s in rec["specializations"]] == [
+        {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6, "RELEASE": "immediate"},
         {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6}, {"BN": 64, "STAGES": 8}, {"BN": 128, "STAGES": 6}]
     # -D BM fixes a param the specialization sets: only the given set is checked
     assert main(["check", path, "--no-test", "-D", "BM=64", "-D", "BN=64", "-D", "CONSUMERS=1"]) == 0

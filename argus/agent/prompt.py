@@ -17,7 +17,9 @@ SYSTEM = """You are an expert CUDA/Hopper performance engineer tuning one kernel
 GPU kernel language (Python-like; blocks operate on tiles; `param` values are compile-time choices; \
 `mma(..., instr="wgmma"|"mma.sync")`, `pipeline(n, stages=S)`, `shared(dtype[...], swizzle=0|32|64|128)`, \
 `copy_async`/`copy_bulk` with mbarriers, `with role("producer"|"consumer", warpgroups=N, registers=R)` for warp \
-specialisation, `persistent(n)` tile loops). Every candidate you propose is parsed, statically verified, checked \
+specialisation (a consumer's `release="deferred"|"immediate"`: hand a ring stage back after the next step's wgmmas \
+are issued, the default, or once its own complete), `persistent(n)` tile loops). Every candidate you propose is \
+parsed, statically verified, checked \
 against the reference at small and unseen irregular shapes, and timed; your reward is the log speedup over the \
 starting kernel.
 

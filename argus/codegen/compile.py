@@ -130,10 +130,11 @@ def build(
     blocks_per_sm: int | None = None,
     uniform_select: bool = True,
     bulk_store: bool | None = None,
+    release_lag: bool | None = None,
 ) -> Built:
     """Generate CUDA for `kernel` and compile it; raises ArgusError (with `.arg` spans) on failure."""
     gen = generate(kernel, path, defer_wgmma=defer_wgmma, blocks_per_sm=blocks_per_sm, uniform_select=uniform_select,
-                   bulk_store=bulk_store)
+                   bulk_store=bulk_store, release_lag=release_lag)
     target = target_arch(arch)
     check_arch(kernel, gen, target)
     compile_fn = compile_cached if cache else compile_cuda
@@ -145,6 +146,6 @@ def build(
             # two blocks per SM capped registers below what an instruction needs: one block per SM
             return build(kernel, arch=arch, want=want, path=path, cache=cache, isolate=isolate, options=options,
                          defer_wgmma=defer_wgmma, blocks_per_sm=1, uniform_select=uniform_select,
-                         bulk_store=bulk_store)
+                         bulk_store=bulk_store, release_lag=release_lag)
         raise to_argus_error(e, kernel, gen) from None
     return Built(kernel, gen, dataclasses.replace(result, name=gen.name))

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from argus.codegen import atomics, memory, mma
 from argus.codegen import bulk_store as bulk_store_mod
+from argus.codegen import release_lag as lag_mod
 from argus.codegen.cexpr import (
     C_KEYWORDS,
     compute_type,
@@ -103,7 +104,8 @@ def single_thread_role(role: ir.Role) -> bool:
 class Emitter(Expressions):
     def __init__(self, kernel: ir.Kernel, path: str | None = None, sm: int = 90, *,
                  defer_wgmma: bool | None = None, blocks_per_sm: int | None = None,
-                 uniform_select: bool = True, bulk_store: bool | None = None) -> None:
+                 uniform_select: bool = True, bulk_store: bool | None = None,
+                 release_lag: bool | None = None) -> None:
         self.k = kernel
         if bulk_store is None:
             bulk_store = os.environ.get(bulk_store_mod.STORE_ENV, "tma") != "direct"
@@ -122,6 +124,10 @@ class Emitter(Expressions):
         # accumulator or shared memory (argus/codegen/mma.py); acc name -> registers to fence.
         self.defer_wgmma = defer_wgmma
         self.pending: dict[str, int] = {}  # in commit order: waiting for one waits for those before it
+        # consumer step loops whose stage release is deferred by one step (codegen/release_lag.py)
+        self.lags = lag_mod.lagged_steps(kernel, release_lag) if defer_wgmma else {}
+        # the lag being emitted: its plan, the local holding the deferred barrier address, the arrive
+        self.lag: tuple[lag_mod.Lag, str, ir.Arrive] | None = None
         self.path = path or kernel.path
         self.sm = sm
         self.lines: list[str] = []
@@ -501,12 +507,27 @@ class Emitter(Expressions):
     # ---- statements -------------------------------------------------------------------------------
     def stmt(self, s: ir.Stmt) -> None:
         self.at(s.span)
+        lag = self.lag[0] if self.lag else None
         if self.pending:
             need = self._wgmma_needs(s)
+            if lag and id(s) == lag.arrive:
+                need = set()  # recorded, performed after the next step's wgmmas (release_lag.py)
+            elif lag and id(s) in lag.mmas and need is not None:
+                need = need - {self.local(s.name)}  # chains on its own accumulator in flight
             if need is None or need:
                 self.flush_wgmma(need)
-        if isinstance(s, ir.Let):
+        if lag and id(s) == lag.arrive:
+            var = self.lag[1]
+            self.line(f"{var} = {self.mbar_addr(s.barrier, s.span)}; {var}_on = true;  "
+                      "// released after the next step's wgmmas are issued")
+        elif isinstance(s, ir.Let):
             self.let(s)
+            if lag and id(s) == lag.last_mma:
+                var = self.lag[1]
+                self.open(f"if ({var}_on)")
+                self.line(f"ag_wgmma_wait<{lag.groups}>();  // the previous step's wgmmas are done: release its stage")
+                self.arrive(self.lag[2], bar=var)
+                self.close()
         elif isinstance(s, ir.AllocShared):
             b = self.buffers[s.name]
             sw = f", {s.swizzle}B swizzle" if s.swizzle else ""
@@ -622,6 +643,11 @@ class Emitter(Expressions):
             cmp, inc = "<", f"{v} += {self.sx(s.step)}"
         else:
             raise unsupported("a loop step that is not a non-zero constant", s.span)
+        lag, outer = self.lags.get(id(s)), self.lag
+        if lag is not None:
+            var = self.tmp("rel")
+            self.line(f"ag_u32 {var} = 0u; bool {var}_on = false;  // a stage release deferred by one step "
+                      "(codegen/release_lag.py)")
         start, last_line, entry = len(self.lines), self.last_line, dict(self.pending)
 
         def emit() -> None:
@@ -630,7 +656,11 @@ class Emitter(Expressions):
             elif s.kind == "persistent":
                 self.line("// persistent: this block takes every num_blocks-th tile")
             self.open(f"for (int {v} = {self.sx(s.start)}; {v} {cmp} {self.sx(s.stop)}; {inc})")
-            self.stmts(s.body)
+            self.lag = (lag, var, s.body[-1]) if lag is not None else None
+            try:
+                self.stmts(s.body)
+            finally:
+                self.lag = outer
             self.close()
 
         emit()
@@ -642,6 +672,12 @@ class Emitter(Expressions):
             self.last_line, self.pending = last_line, dict(back)
             emit()
         self.pending = {**entry, **self.pending}
+        if lag is not None:  # the last step's release
+            arrive = s.body[-1]
+            self.flush_wgmma()
+            self.open(f"if ({var}_on)")
+            self.arrive(arrive, bar=var)
+            self.close()
 
     def single(self, text: str) -> None:
         """A statement one thread of the scope performs for all of it."""
@@ -696,9 +732,9 @@ class Emitter(Expressions):
             return f"(ag_smem + {mb.offset}u)"
         return f"(ag_smem + {mb.offset}u + 8u * (ag_u32)({self.sx(b.index)}))"
 
-    def arrive(self, s: ir.Arrive) -> None:
+    def arrive(self, s: ir.Arrive, bar: str | None = None) -> None:
         mb = self.mbars[s.barrier.name]
-        bar = self.mbar_addr(s.barrier, s.span)
+        bar = bar or self.mbar_addr(s.barrier, s.span)
         if self.scope.single:
             self.line(f"ag_mbar_arrive({bar});")
         elif mb.scale > 1:
@@ -875,7 +911,7 @@ class StagingTooBig(Exception):
 
 def generate(kernel: ir.Kernel, path: str | None = None, *, defer_wgmma: bool | None = None,
              blocks_per_sm: int | None = None, uniform_select: bool = True,
-             bulk_store: bool | None = None) -> GeneratedKernel:
+             bulk_store: bool | None = None, release_lag: bool | None = None) -> GeneratedKernel:
     """CUDA C++ for a lowered kernel (after the pass pipeline); raises ArgusError on what it cannot emit.
 
     defer_wgmma: wait for each wgmma group only when the next statement needs it, so that it overlaps
@@ -885,11 +921,13 @@ def generate(kernel: ir.Kernel, path: str | None = None, *, defer_wgmma: bool | 
     guard a select() on an index-tile condition with a block-uniform bound test (Emitter.tile_assign).
     bulk_store: lower accumulator stores of warp-specialised roles to TMA stores through shared memory
     where exact (argus/codegen/bulk_store.py; default: $ARGUS_STORE != "direct"); falls back to direct
-    stores when the staging buffers do not fit."""
+    stores when the staging buffers do not fit. release_lag: release a ring consumer's stage one step
+    late, keeping one step's wgmmas in flight (argus/codegen/release_lag.py; default: $ARGUS_RELEASE_LAG
+    != "off")."""
     _refuse_high_rank_tiles(kernel)
     try:
         return Emitter(kernel, path, defer_wgmma=defer_wgmma, blocks_per_sm=blocks_per_sm,
-                       uniform_select=uniform_select, bulk_store=bulk_store).generate()
+                       uniform_select=uniform_select, bulk_store=bulk_store, release_lag=release_lag).generate()
     except StagingTooBig:  # the staging buffers do not fit beside the kernel's own: store directly
         return Emitter(kernel, path, defer_wgmma=defer_wgmma, blocks_per_sm=blocks_per_sm,
-                       uniform_select=uniform_select, bulk_store=False).generate()
+                       uniform_select=uniform_select, bulk_store=False, release_lag=release_lag).generate()

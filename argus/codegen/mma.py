@@ -261,6 +261,7 @@ def _wgmma(em: Emitter, name: str, m: ir.Mma, a: SView | str, b: SView) -> None:
     # accumulator live across what follows (measured: it made FlashAttention spill), so wait at once.
     if em.defer_wgmma and not a_regs:
         em.line("// waited for before the next statement that needs the accumulator or this stage")
+        em.pending.pop(name, None)  # commit order: a chained group is the newest
         em.pending[name] = regs * ma * na
     else:
         em.line("ag_wgmma_wait<0>();")

@@ -51,6 +51,9 @@ STATEMENT_BUILTINS = {"copy", "copy_async", "copy_bulk", "commit", "wait_async",
 ITERATORS = {"range", "pipeline", "unroll", "persistent"}
 
 
+RELEASE_MODES = ("deferred", "immediate")  # role(..., release=): when ring stages are handed back
+
+
 @dataclass(frozen=True)
 class LaunchInfo:
     grid: tuple[ast.Expr, ...]  # up to 3 index expressions over runtime dims and params
@@ -490,8 +493,16 @@ class _Checker:
         if len(c.args) != 1 or not isinstance(c.args[0], ast.Const) or c.args[0].value not in ("producer", "consumer"):
             raise self.err("role", "role's first argument is \"producer\" or \"consumer\"", c)
         for kw in c.kwargs:
+            if kw.name == "release":  # when a consumer hands ring stages back (argus/codegen/release_lag.py)
+                self.expr(kw.value)
+                if self.consts.get(id(kw.value), None) not in RELEASE_MODES:
+                    raise self.err("role", "role's release= is \"deferred\" or \"immediate\" (a literal or a param)",
+                                   kw.value, "\"deferred\" (the default) releases a ring stage after the next step's "
+                                   "wgmmas are issued; \"immediate\" after the stage's own wgmmas complete")
+                continue
             if kw.name not in ("warpgroups", "registers"):
-                raise self.err("unknown-keyword", f"unknown role option '{kw.name}'", kw)
+                raise self.err("unknown-keyword", f"unknown role option '{kw.name}'", kw,
+                               "role options: warpgroups=, registers=, release=")
             self.need_const_int(kw.value, kw.name)
         if c.kw("warpgroups") is None:
             raise self.err("role", "role needs warpgroups=N", c)

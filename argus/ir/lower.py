@@ -49,7 +49,8 @@ class _Lower:
         if isinstance(s, ast.With):
             c = s.context
             kw = {k.name: self.c.consts[id(k.value)] for k in c.kwargs}
-            return [ir.Role(s.span, c.args[0].value, kw["warpgroups"], kw.get("registers"), self.block(s.body))]
+            return [ir.Role(s.span, c.args[0].value, kw["warpgroups"], kw.get("registers"), self.block(s.body),
+                            kw.get("release", "deferred"))]
         raise error("unsupported", f"cannot lower {type(s).__name__}", s.span)
 
     def var(self, n: ast.Name) -> ir.Expr:

@@ -398,6 +398,9 @@ class Role(Stmt):
     warpgroups: int = 1
     registers: int | None = None
     body: tuple[Stmt, ...] = ()
+    # a consumer's ring stages: "deferred" = released after the next step's wgmmas are issued (timing
+    # only, argus/codegen/release_lag.py), "immediate" = after the stage's own wgmmas complete
+    release: str = "deferred"
 
 
 # ---- kernel ----

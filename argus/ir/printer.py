@@ -135,7 +135,8 @@ def stmts(body, indent: int = 1) -> list[str]:
         elif isinstance(s, ir.AssertTag):
             out.append(f"{pad}assert_tag({expr(s.predicate)})")
         elif isinstance(s, ir.Role):
-            out.append(f"{pad}with role({s.kind!r}, warpgroups={s.warpgroups}):")
+            extra = f", release={s.release!r}" if s.release != "deferred" else ""
+            out.append(f"{pad}with role({s.kind!r}, warpgroups={s.warpgroups}{extra}):")
             out.extend(stmts(s.body, indent + 1))
         else:
             raise TypeError(type(s).__name__)

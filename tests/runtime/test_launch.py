@@ -143,8 +143,12 @@ def test_gemm_on_gpu(mma: str, shape: tuple[int, int, int]) -> None:
 
 @gpu
 @pytest.mark.parametrize("params", [{}, {"SMS": 3}, {"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8},
-                                    {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6}],
-                         ids=["default", "3-blocks-persistent", "small-tiles", "small-tiles-bk128"])
+                                    {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6},
+                                    {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6,
+                                     "RELEASE": "immediate"},
+                                    {"STAGES": 2}],
+                         ids=["default", "3-blocks-persistent", "small-tiles", "small-tiles-bk128",
+                              "small-tiles-bk128-immediate", "two-stages-deferred"])
 @pytest.mark.parametrize("shape", SHAPES, ids=IDS)
 def test_gemm_ws_on_gpu(params: dict, shape: tuple[int, int, int]) -> None:
     M, N, K = shape
