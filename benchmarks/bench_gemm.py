@@ -117,11 +117,26 @@ def _load(v: Variant, dims: dict[str, int] | None = None):
     return GpuKernel(build(k.lower(), arch=detect_arch(0), **v.codegen), 0)
 
 
+def variant(key: str) -> Variant:
+    """A variant by key; `base[P=V;P=V]` (probes) is variant `base` with those params on top (ints, or
+    strings as written)."""
+    base, _, extra = key.partition("[")
+    v = next(x for x in VARIANTS if x.key == base)
+    if not extra:
+        return v
+    params = dict(v.params)
+    for item in extra.rstrip("]").split(";"):
+        name, _, value = item.partition("=")
+        params[name.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
+    return Variant(key, f"{v.title} with {extra.rstrip(']').replace(';', ' ')}", v.file, params, v.codegen,
+                   v.layout, v.auto)
+
+
 def child_check(key: str) -> int:
     """Correctness of one variant at small irregular shapes (run in a child process)."""
     from argus.runtime.bench import check_on_gpu
 
-    v = next(x for x in VARIANTS if x.key == key)
+    v = variant(key)
     gk = _load(v)
     ok = True
     for M, N, K in (CHECK_SHAPES_NT if v.layout == "NT" else CHECK_SHAPES):
@@ -321,14 +336,15 @@ def markdown(res: dict, iters: int) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variants", default=",".join(v.key for v in VARIANTS))
+    ap.add_argument("--variants", default=",".join(v.key for v in VARIANTS),
+                    help="comma-separated keys; KEY[P=V;P=V] sets params on top of a variant (probes)")
     ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
     output_args(ap, "gemm", iters=30)
     args = ap.parse_args()
     if args.child_check:
         return child_check(args.child_check)
     keys = [k for k in args.variants.split(",") if k]
-    variants = [v for v in VARIANTS if v.key in keys]
+    variants = [variant(k) for k in keys]
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]
     if not args.no_child_check:  # all children at once: each is a few small launches
         variants = checked_variants(__file__, variants, timeout=150)
