@@ -346,13 +346,38 @@ def role_registers(p: Program, args: dict, env: Env) -> Program:
         if pname in eff:
             params[pname] = r
             continue
-        rx = re.compile(rf'(role\([ \t]*"{role}"[^)\n]*?)(,[ \t]*registers[ \t]*=[ \t]*\w+)?\)')
-        if not rx.search(src):
+        call = re.search(rf'role\([ \t]*"{role}"[^)\n]*\)', src)
+        if call is None:
             raise Inapplicable(f"no {role} role")
-        src = rx.sub(rf"\1, registers={r})", src, count=1)
+        text = call.group(0)  # registers= replaced where it stands (other options may follow it), else added
+        text = re.sub(r"registers[ \t]*=[ \t]*\w+", f"registers={r}", text) if re.search(r"\bregisters[ \t]*=", text) \
+            else text[:-1] + f", registers={r})"
+        src = src[:call.start()] + text + src[call.end():]
     if src == p.source and params == p.params:
         raise Inapplicable("registers unchanged")
     return Program(src, params, p.template)
+
+
+@rewrite("release", "when a ring consumer hands a stage back: args {mode: 'deferred' | 'immediate'} (deferred "
+         "keeps one step's wgmmas in flight; immediate gives the producer one more stage of prefetch)")
+def release(p: Program, args: dict, env: Env) -> Program:
+    mode = args.get("mode", "immediate")
+    if mode not in ("deferred", "immediate"):
+        raise Inapplicable(f"release mode {mode!r}: 'deferred' or 'immediate'")
+    eff = p.effective()
+    if "RELEASE" in eff:
+        if eff["RELEASE"] == mode:
+            raise Inapplicable(f"release is already {mode}")
+        return _with(p, RELEASE=mode)
+    call = re.search(r'role\([ \t]*"consumer"[^)\n]*\)', p.source)
+    if call is None:
+        raise Inapplicable("no consumer role (warp-specialise first)")
+    text = call.group(0)
+    old = re.search(r'release[ \t]*=[ \t]*"(\w+)"', text)
+    if (old.group(1) if old else "deferred") == mode:
+        raise Inapplicable(f"release is already {mode}")
+    text = text.replace(old.group(0), f'release="{mode}"') if old else text[:-1] + f', release="{mode}")'
+    return Program(p.source[:call.start()] + text + p.source[call.end():], p.params, p.template)
 
 
 @rewrite("warpgroups", "MMA warpgroups per block: args {consumers: int | '*2' | '/2'} (the CONSUMERS param of a "

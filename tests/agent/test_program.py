@@ -135,3 +135,24 @@ def test_warp_specialise_takes_any_shape_and_refuses_what_tma_cannot_address():
     assert "copy_async" not in d.source and "pipeline(" not in d.source
     with pytest.raises(EditError, match="already warp-specialised"):
         apply_edits(d, edit, ENV)
+
+
+def test_role_options_are_rewritten_in_place_beside_release():
+    """examples/gemm_ws.arg's consumer role has release= after registers=: role_registers replaces the
+    number where it stands, and release toggles the param that the role reads."""
+    from argus.agent.rewrites import REWRITES, Inapplicable, Program
+    from tests.conftest import EXAMPLES
+
+    src = (EXAMPLES / "gemm_ws.arg").read_text()
+    p = Program(src)
+    d = REWRITES["role_registers"](p, {"consumer": 240}, ENV)
+    assert 'role("consumer", warpgroups=CONSUMERS, registers=240, release=RELEASE)' in d.source
+    r = REWRITES["release"](p, {"mode": "immediate"}, ENV)
+    assert r.params == {"RELEASE": "immediate"} and r.source == src
+    with pytest.raises(Inapplicable, match="already deferred"):
+        REWRITES["release"](p, {"mode": "deferred"}, ENV)
+    # a role without the option: it is added
+    plain = src.replace(", release=RELEASE", "").replace('    param RELEASE = "deferred"\n', "").replace(
+        ', RELEASE="immediate"', "")
+    q = REWRITES["release"](Program(plain), {"mode": "immediate"}, ENV)
+    assert 'registers=232, release="immediate")' in q.source
