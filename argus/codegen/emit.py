@@ -154,6 +154,14 @@ class Emitter(Expressions):
         self.role_index = 0
         # shared scratch of cross-thread exchanges (argus/codegen/exchange.py): scope barrier id -> bytes
         self.scratch_need: dict[int, int] = {}
+        # Two scratch regions per scope, alternated: a region is "dirty" while some thread may still be
+        # reading it (from its last write's barrier until the scope's next barrier). A write into a clean
+        # region needs no barrier before it; only when both are dirty does one come first. Loops and
+        # branches forget what is known (dirty everywhere at their entry and exit).
+        self.scratch_dirty: dict[int, set[int]] = {}
+        self.scratch_unknown = False
+        self.scratch_claim: tuple[int, int] | None = None  # (scope key, region) written, its barrier pending
+        self.scratch_two: set[int] = set()  # scope keys that used region 1
         # index tiles (layout "index": arange arithmetic, never stored): the definition in force, with
         # its scalar parts read from snapshots taken at the definition (argus/codegen/exprs.py)
         self.index_def: dict[str, ir.Expr] = {}
@@ -268,10 +276,13 @@ class Emitter(Expressions):
         self.lines = self.lines[:body_start]
         scratch = []
         for key, need in sorted(self.scratch_need.items()):
-            off = -(-self.smem_top // 16) * 16
-            scratch.append(f"  unsigned char* const ag_scratch{key} = ag_smem_ptr + {off};  "
-                           f"// {need} B: reductions and layout conversions across warps")
-            self.smem_top = off + need
+            for region in (0, 1) if key in self.scratch_two else (0,):
+                off = -(-self.smem_top // 16) * 16
+                name = f"ag_scratch{key}" + ("_1" if region else "")
+                scratch.append(f"  unsigned char* const {name} = ag_smem_ptr + {off};  "
+                               f"// {need} B: reductions and layout conversions across warps"
+                               + (" (the second region)" if region else ""))
+                self.smem_top = off + need
         for key, need in sorted(self.staging_need.items()):
             off = -(-self.smem_top // 1024) * 1024  # the 128-byte swizzle repeats every 1024 bytes
             scratch.append(f"  const ag_u32 ag_stage{key} = ag_smem + {off}u;  "
@@ -564,14 +575,17 @@ class Emitter(Expressions):
             self.for_loop(s)
         elif isinstance(s, ir.If):
             entry, defs = dict(self.pending), dict(self.index_def)
+            self.scratch_forget()
             self.open(f"if ({self.sx(s.cond)})")
             self.stmts(s.then)
+            self.scratch_forget()
             after_then, self.pending = self.pending, dict(entry)
             then_defs, self.index_def = self.index_def, dict(defs)
             if s.orelse:
                 self.depth -= 1
                 self.open("} else")
                 self.stmts(s.orelse)
+                self.scratch_forget()
             self.close()
             after_else = self.pending
             self.pending = {**after_else, **after_then}
@@ -657,10 +671,12 @@ class Emitter(Expressions):
                 self.line("// persistent: this block takes every num_blocks-th tile")
             self.open(f"for (int {v} = {self.sx(s.start)}; {v} {cmp} {self.sx(s.stop)}; {inc})")
             self.lag = (lag, var, s.body[-1]) if lag is not None else None
+            self.scratch_forget()
             try:
                 self.stmts(s.body)
             finally:
                 self.lag = outer
+            self.scratch_forget()
             self.close()
 
         emit()
@@ -687,19 +703,41 @@ class Emitter(Expressions):
             self.line(f"if ({self.scope.tid} == 0) {text}")
 
     def scratch(self, nbytes: int, span: Span | None) -> str:
-        """C name of the current scope's shared scratch (`unsigned char*`), at least `nbytes` long."""
+        """C name of a region of the current scope's shared scratch (`unsigned char*`), at least `nbytes`
+        long, that no thread is still reading: the caller writes it, calls sync_scope(), then reads it.
+        Emits a barrier first only when both regions may still be read."""
         if self.scope.single:
             raise unsupported("a reduction or layout conversion across threads in a one-thread role", span)
         key = self.scope.bar_id
         self.scratch_need[key] = max(self.scratch_need.get(key, 0), nbytes)
-        return f"ag_scratch{key}"
+        dirty = self.scratch_dirty.get(key, {0, 1} if self.scratch_unknown else set())
+        region = next((r for r in (0, 1) if r not in dirty), None)
+        if region is None:
+            self.sync_scope()
+            region = 0
+        self.scratch_claim = (key, region)
+        if region:
+            self.scratch_two.add(key)
+        return f"ag_scratch{key}" + ("_1" if region else "")
+
+    def scratch_forget(self) -> None:
+        """Control flow joins here (a loop body's entry or exit, a branch): every region may be read."""
+        self.scratch_dirty.clear()
+        self.scratch_unknown = True
+        self.scratch_claim = None
 
     def sync_scope(self) -> None:
-        """A barrier of the scope's threads (no proxy fence: the scratch is only read by threads)."""
+        """A barrier of the scope's threads (no proxy fence: the scratch is only read by threads). Every
+        earlier read of the scope's scratch is done; a region written just before is read after it."""
         if self.scope.bar_id == 0:
             self.line("__syncthreads();")
         else:
             self.line(f"ag_bar_sync({self.scope.bar_id}, {self.scope.threads});")
+        key = self.scope.bar_id
+        self.scratch_dirty[key] = set()
+        if self.scratch_claim is not None and self.scratch_claim[0] == key:
+            self.scratch_dirty[key].add(self.scratch_claim[1])
+            self.scratch_claim = None
 
     def barrier(self) -> None:
         if self.scope.single:
@@ -708,10 +746,7 @@ class Emitter(Expressions):
             # wgmma reads shared memory through the async proxy: publish generic-proxy writes first
             self.features.add("proxy-fence")
             self.line("ag_fence_proxy_async();")
-        if self.scope.bar_id == 0:
-            self.line("__syncthreads();")
-        else:
-            self.line(f"ag_bar_sync({self.scope.bar_id}, {self.scope.threads});")
+        self.sync_scope()
 
     def alloc_barrier_init(self, s: ir.AllocBarrier) -> None:
         mb = self.mbars[s.name]

@@ -132,7 +132,6 @@ def _cross(em: Emitter, r: ir.Reduce, plan, rm: TileMap, t: str, ti: str | None,
     base = em.scratch(nbytes, r.span)
     sv = f"reinterpret_cast<{vt}*>({base})"
     si = f"reinterpret_cast<int*>({base} + {parts * length * vbytes})" if ti else None
-    em.sync_scope()
     em.line("#pragma unroll")
     em.open(f"for (int ag_r = 0; ag_r < {n}; ++ag_r)")
     em.line(f"const int ag_k = {rm.col('ag_r')};")
@@ -186,7 +185,6 @@ def convert(em: Emitter, src: str, src_lay: ir.RegLayout, dst_lay: ir.RegLayout,
     t = em.tmp("cv")
     em.line(f"// {src}: register layout {_describe(src_lay)} -> {_describe(dst_lay)} through shared memory")
     em.line(f"{ct} {t}[{dtm.slots}];")
-    em.sync_scope()
     em.open("")
     if stm.replicas > 1:
         em.open(f"if ({stm.owner()})")

@@ -155,7 +155,6 @@ def _register_a_exchanged(em: Emitter, m: ir.Mma, src: ir.RegLayout) -> str:
     em.line(f"// A operand from registers in layout {src.kind}{list(src.shape)}: to the A fragments "
             "through shared memory")
     em.line(f"ag_u32 {t}[{n // 8}][4];")
-    em.sync_scope()
     em.open("")
     if stm.replicas > 1:
         em.open(f"if ({stm.owner()})")
