@@ -494,6 +494,9 @@ class _Checker:
             raise self.err("role", "role's first argument is \"producer\" or \"consumer\"", c)
         for kw in c.kwargs:
             if kw.name == "release":  # when a consumer hands ring stages back (argus/codegen/release_lag.py)
+                if c.args[0].value != "consumer":
+                    raise self.err("role", "release= belongs to a consumer role (it says when the consumer hands "
+                                   "ring stages back to the producer)", kw)
                 self.expr(kw.value)
                 if self.consts.get(id(kw.value), None) not in RELEASE_MODES:
                     raise self.err("role", "role's release= is \"deferred\" or \"immediate\" (a literal or a param)",

@@ -79,3 +79,10 @@ def test_release_option_is_checked_at_its_line() -> None:
         build_source(src, path="bad.arg")
     msg = str(e.value)
     assert "release=" in msg and "deferred" in msg and "immediate" in msg and "bad.arg:" in msg
+
+
+def test_release_on_a_producer_is_refused() -> None:
+    old = 'role("producer", warpgroups=1, registers=40)'
+    src = (EXAMPLES / "gemm_ws.arg").read_text().replace(old, old[:-1] + ", release=RELEASE)")
+    with pytest.raises(ArgusError, match="belongs to a consumer role"):
+        build_source(src, path="bad.arg")
