@@ -12,6 +12,7 @@ from argus.ir.transform import walk
 
 MBAR_OPS = (ir.WaitBarrier, ir.Arrive, ir.ExpectTx)
 
+
 @dataclass
 class RingPlan:
     producer: ir.Role
