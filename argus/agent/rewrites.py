@@ -346,13 +346,7 @@ def role_registers(p: Program, args: dict, env: Env) -> Program:
         if pname in eff:
             params[pname] = r
             continue
-        call = re.search(rf'role\([ \t]*"{role}"[^)\n]*\)', src)
-        if call is None:
-            raise Inapplicable(f"no {role} role")
-        text = call.group(0)  # registers= replaced where it stands (other options may follow it), else added
-        text = re.sub(r"registers[ \t]*=[ \t]*\w+", f"registers={r}", text) if re.search(r"\bregisters[ \t]*=", text) \
-            else text[:-1] + f", registers={r})"
-        src = src[:call.start()] + text + src[call.end():]
+        src = _set_role_option(src, role, "registers", str(r))
     if src == p.source and params == p.params:
         raise Inapplicable("registers unchanged")
     return Program(src, params, p.template)
@@ -372,12 +366,22 @@ def release(p: Program, args: dict, env: Env) -> Program:
     call = re.search(r'role\([ \t]*"consumer"[^)\n]*\)', p.source)
     if call is None:
         raise Inapplicable("no consumer role (warp-specialise first)")
-    text = call.group(0)
-    old = re.search(r'release[ \t]*=[ \t]*"(\w+)"', text)
+    old = re.search(r'\brelease[ \t]*=[ \t]*"(\w+)"', call.group(0))
     if (old.group(1) if old else "deferred") == mode:
         raise Inapplicable(f"release is already {mode}")
-    text = text.replace(old.group(0), f'release="{mode}"') if old else text[:-1] + f', release="{mode}")'
-    return Program(p.source[:call.start()] + text + p.source[call.end():], p.params, p.template)
+    return Program(_set_role_option(p.source, "consumer", "release", f'"{mode}"'), p.params, p.template)
+
+
+def _set_role_option(src: str, role: str, name: str, value: str) -> str:
+    """`name=value` in the first `role("<role>", ...)` call: replaced where it stands (other options may
+    follow it), else appended."""
+    call = re.search(rf'role\([ \t]*"{role}"[^)\n]*\)', src)
+    if call is None:
+        raise Inapplicable(f"no {role} role")
+    text = call.group(0)
+    opt = re.compile(rf'\b{name}[ \t]*=[ \t]*("\w*"|\w+)')
+    text = opt.sub(f"{name}={value}", text, count=1) if opt.search(text) else text[:-1] + f", {name}={value})"
+    return src[:call.start()] + text + src[call.end():]
 
 
 @rewrite("warpgroups", "MMA warpgroups per block: args {consumers: int | '*2' | '/2'} (the CONSUMERS param of a "

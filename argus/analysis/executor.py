@@ -18,7 +18,7 @@ import z3
 
 from argus.analysis import terms as T
 from argus.analysis.periodicity import loop_shapes
-from argus.analysis.ring import DryAbort, RingRules, ring_plan
+from argus.analysis.ring import DryAbort, RingRules
 from argus.analysis.symbolic import Context, Evaluator, Unsupported, as_int, simplify_int, solver, to_bool
 from argus.analysis.tiles import TileRules
 from argus.analysis.trace import Access, Obligation, Record, StoreEvent, Trace, Unknown, View
@@ -26,6 +26,7 @@ from argus.analysis.values import UNWRITTEN, ElemTags, SymTile, lookup, memo, me
 from argus.dsl.diagnostics import Span
 from argus.dsl.types import ScalarT, TileT
 from argus.ir import nodes as ir
+from argus.ir.rings import ring_plan
 from argus.ir.threads import MULTI, Holders, copy_thread
 from argus.ir.transform import read_before_assigned, role_groups, walk
 

@@ -43,7 +43,7 @@ import z3
 from argus.analysis.symbolic import Unsupported, as_int, solver
 from argus.analysis.trace import Obligation, Unknown
 from argus.ir import nodes as ir
-from argus.ir.rings import RingPlan, ring_plan
+from argus.ir.rings import RingPlan, kernel_ring_plan
 from argus.ir.rings import role_nest as _nest
 from argus.ir.transform import read_before_assigned, walk
 
@@ -396,13 +396,9 @@ def ring_step_loops(kernel: ir.Kernel) -> dict[int, frozenset[str]]:
     """Step loops of the kernel's producer/consumer rings (by id), each with the names of its lets that
     only feed ring positions (barrier indices and parities, the stage a ring buffer is viewed at): the
     protocol obligations cover those for every step, so they do not make the loop's data flow periodic."""
-    allocs = {s.name: s for s in walk(kernel.body) if isinstance(s, ir.AllocBarrier)}
     out: dict[int, frozenset[str]] = {}
-    roles = [s for s in kernel.body if isinstance(s, ir.Role)]
-    if len(roles) != 2:
-        return out
-    plan = ring_plan(tuple(roles), allocs)
-    if isinstance(plan, str):
+    plan = kernel_ring_plan(kernel)
+    if plan is None:
         return out
     for role in (plan.producer, plan.consumer):
         step = _nest(role)[3]

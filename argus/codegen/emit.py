@@ -126,8 +126,8 @@ class Emitter(Expressions):
         self.pending: dict[str, int] = {}  # in commit order: waiting for one waits for those before it
         # consumer step loops whose stage release is deferred by one step (codegen/release_lag.py)
         self.lags = lag_mod.lagged_steps(kernel, release_lag) if defer_wgmma else {}
-        # the lag being emitted: its plan, the local holding the deferred barrier address, the arrive
-        self.lag: tuple[lag_mod.Lag, str, ir.Arrive] | None = None
+        # the lag being emitted and the local holding the deferred barrier address
+        self.lag: tuple[lag_mod.Lag, str] | None = None
         self.path = path or kernel.path
         self.sm = sm
         self.lines: list[str] = []
@@ -521,13 +521,13 @@ class Emitter(Expressions):
         lag = self.lag[0] if self.lag else None
         if self.pending:
             need = self._wgmma_needs(s)
-            if lag and id(s) == lag.arrive:
+            if lag and s is lag.arrive:
                 need = set()  # recorded, performed after the next step's wgmmas (release_lag.py)
             elif lag and id(s) in lag.mmas and need is not None:
                 need = need - {self.local(s.name)}  # chains on its own accumulator in flight
             if need is None or need:
                 self.flush_wgmma(need)
-        if lag and id(s) == lag.arrive:
+        if lag and s is lag.arrive:
             var = self.lag[1]
             self.line(f"{var} = {self.mbar_addr(s.barrier, s.span)}; {var}_on = true;  "
                       "// released after the next step's wgmmas are issued")
@@ -537,7 +537,7 @@ class Emitter(Expressions):
                 var = self.lag[1]
                 self.open(f"if ({var}_on)")
                 self.line(f"ag_wgmma_wait<{lag.groups}>();  // the previous step's wgmmas are done: release its stage")
-                self.arrive(self.lag[2], bar=var)
+                self.arrive(lag.arrive, bar=var)
                 self.close()
         elif isinstance(s, ir.AllocShared):
             b = self.buffers[s.name]
@@ -670,7 +670,7 @@ class Emitter(Expressions):
             elif s.kind == "persistent":
                 self.line("// persistent: this block takes every num_blocks-th tile")
             self.open(f"for (int {v} = {self.sx(s.start)}; {v} {cmp} {self.sx(s.stop)}; {inc})")
-            self.lag = (lag, var, s.body[-1]) if lag is not None else None
+            self.lag = (lag, var) if lag is not None else None
             self.scratch_forget()
             try:
                 self.stmts(s.body)
@@ -689,10 +689,9 @@ class Emitter(Expressions):
             emit()
         self.pending = {**entry, **self.pending}
         if lag is not None:  # the last step's release
-            arrive = s.body[-1]
             self.flush_wgmma()
             self.open(f"if ({var}_on)")
-            self.arrive(arrive, bar=var)
+            self.arrive(lag.arrive, bar=var)
             self.close()
 
     def single(self, text: str) -> None:

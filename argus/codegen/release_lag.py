@@ -30,8 +30,7 @@ from dataclasses import dataclass
 
 from argus.dsl.types import TileT
 from argus.ir import nodes as ir
-from argus.ir.rings import ring_plan, role_nest
-from argus.ir.transform import walk
+from argus.ir.rings import kernel_ring_plan, role_nest
 
 LAG_ENV = "ARGUS_RELEASE_LAG"  # "off": release each stage right after its step's wgmmas (A/B benchmarks)
 
@@ -40,7 +39,7 @@ LAG_ENV = "ARGUS_RELEASE_LAG"  # "off": release each stage right after its step'
 class Lag:
     """A consumer step loop whose release is deferred by one step."""
 
-    arrive: int  # id of the step's final arrive(empty[...])
+    arrive: ir.Arrive  # the step's final arrive(empty[...])
     mmas: frozenset[int]  # ids of the step's wgmma lets (each one commit group)
     last_mma: int  # id of the step's last wgmma let: the previous release follows it
     groups: int  # commit groups a step issues
@@ -53,12 +52,8 @@ def lagged_steps(kernel: ir.Kernel, enabled: bool | None = None) -> dict[int, La
         enabled = os.environ.get(LAG_ENV, "on") != "off"
     if not enabled:
         return {}
-    roles = tuple(s for s in kernel.body if isinstance(s, ir.Role))
-    if len(roles) != 2:
-        return {}
-    allocs = {s.name: s for s in walk(kernel.body) if isinstance(s, ir.AllocBarrier)}
-    plan = ring_plan(roles, allocs)
-    if isinstance(plan, str) or plan.problems or plan.stages < 2 or plan.consumer.release != "deferred":
+    plan = kernel_ring_plan(kernel)
+    if plan is None or plan.problems or plan.stages < 2 or plan.consumer.release != "deferred":
         return {}
     step = role_nest(plan.consumer)[3]
     lag = _step_shape(step.body, plan.full, plan.empty)
@@ -85,7 +80,7 @@ def _step_shape(body: tuple[ir.Stmt, ...], full: str, empty: str) -> Lag | None:
             return None
     if not mmas:
         return None
-    return Lag(id(body[-1]), frozenset(id(m) for m in mmas), id(mmas[-1]), len(mmas))
+    return Lag(body[-1], frozenset(id(m) for m in mmas), id(mmas[-1]), len(mmas))
 
 
 def _in_place_wgmma(s: ir.Let) -> bool:

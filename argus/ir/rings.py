@@ -116,3 +116,12 @@ def ring_plan(roles: tuple[ir.Role, ...], barriers: dict[str, ir.AllocBarrier]) 
                               barriers[empty].span, f"'{empty}' completes after {barriers[empty].count} "
                               f"arrival(s) but the consumer releases a stage {e_arrivals} time(s) per step"))
     return plan
+
+
+def kernel_ring_plan(kernel: ir.Kernel) -> RingPlan | None:
+    """The ring of a kernel whose body holds exactly two roles, or None."""
+    roles = tuple(s for s in kernel.body if isinstance(s, ir.Role))
+    if len(roles) != 2:
+        return None
+    plan = ring_plan(roles, {s.name: s for s in walk(kernel.body) if isinstance(s, ir.AllocBarrier)})
+    return None if isinstance(plan, str) else plan
