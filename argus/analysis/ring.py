@@ -26,6 +26,17 @@ and the ring buffers' accesses are ordered by the protocol (exempt from the race
 not this pattern falls back to simulating the roles (argus.analysis.executor), or is unknown when it
 runs a persistent tile loop (the simulation cannot carry mbarrier phases across symbolic tiles).
 
+A consumer may also hold two stages (`RingPlan.lag` = 1, FlashAttention-3's order: the P·V of block q - 1
+is issued after the QK of block q): its step q waits on full[q % S], may read stages q % S and
+(q - 1) % S, releases empty[(q - 1) % S] when q >= 1 (and may then read stage q % S only), and after
+the loop it reads the last step's stage and releases it. The same induction holds with the release
+of step q made at consumer step q + 1: the producer's step p waits for the release of step p - S, made
+at consumer step p - S + 1, which needs only the producer's step p - S + 1 < p when S >= 2 (S = 1
+deadlocks from the second step: an obligation); and between that release and the producer's write
+of stage p % S the consumer has moved past both stages it may read. The lockstep order then still
+shows each read the data of its own step: the producer's steps q + 1 .. q + S - 2, which may run
+before the consumer's step q, write neither of the stages that step reads.
+
 The generated code may hand a stage back later than the IR's arrive (argus/codegen/release_lag.py:
 after the next step's wgmmas are issued). What is proved here covers it: a later release only delays
 the producer, and with S >= 2 the producer's step q + 1 needs the release of step q + 1 - S <= q - 1,
@@ -61,6 +72,8 @@ class RingStep:
     pending: list = field(default_factory=list)  # records of this step's copies, landed by the consumer's wait
     waited: bool = False
     released: bool = False
+    post: bool = False  # the consumer's code after its step loop (q: the step count; nothing delivered)
+    end: object = None  # the ring position after the loop's last step (z3 Int), when known
     check: bool = True  # emit the protocol obligations (the symbolic step does; unrolled steps need not)
 
 
@@ -90,7 +103,13 @@ class RingRules:
             else:
                 yield from self._ring_steps(plan, prod, cons, np_[3], nc[3], None, [])
             self._plain(prod, np_[5])
+            if plan.lag:
+                q_end, facts = self._ring_end
+                self.ring = RingStep(q_end, facts, post=True)
             self._plain(cons, nc[5])
+            if plan.lag and not self.ring.released:
+                self.ring_check("deadlock", plan.consumer.span, "the consumer never releases the last step's "
+                                "stage after its step loop", z3.BoolVal(True))
         finally:
             self.ring_plan_ = None
             self.ring = None
@@ -237,15 +256,27 @@ class RingRules:
         q0, more = position(per_tile) if position is not None else (0, [])
         facts.extend(more)
         trips = count if not isinstance(stop, int) else max(0, -(-(stop - start) // step))
+        truncated = len(self.trace.truncated)
         if not isinstance(trips, int):
             trips = self.concrete(z3.If(count > 0, count, 0), sp.span, self.trip_cap.get(id(sp), 8), "trip count")
-        checked = self._symbolic_step(plan, prod, cons, sp, sc, start, step, count, q0, facts)
+        # the loop's end bounds the steps that exist only when this path runs all of them (past the trip cap
+        # it runs a prefix: the steps after it exist and the end is unknown)
+        end = as_int(q0) + per_tile if len(self.trace.truncated) == truncated else None
+        # the protocol is proved once for an arbitrary step from `checked` on (a lagged consumer's first
+        # step releases nothing, so its arbitrary step may need to start past it); earlier steps, or
+        # every unrolled step when no arbitrary one can be run, carry the obligations themselves
+        checked = None
+        for first in sorted({0, plan.lag}):
+            if self._symbolic_step(plan, prod, cons, sp, sc, start, step, count, q0, facts, first, end):
+                checked = first
+                break
+        self._ring_end = (as_int(q0) + per_tile, list(facts))
         for kidx in range(trips):
             k = start + kidx * step
             prod.env[sp.var] = k
             cons.env[sc.var] = k
             self.steps[sp.var] = k
-            self.ring = RingStep(as_int(q0) + kidx, list(facts), check=not checked)
+            self.ring = RingStep(as_int(q0) + kidx, list(facts), check=checked is None or kidx < checked, end=end)
             self.agent = prod
             yield from self._ring_body(sp.body)
             self.agent = cons
@@ -254,8 +285,9 @@ class RingRules:
         self.ring = None
         self.steps.pop(sp.var, None)
 
-    def _symbolic_step(self, plan, prod, cons, sp, sc, start, step, count, q0, facts) -> bool:
-        """Prove the protocol obligations once for an arbitrary step kidx in [0, trips): run both step
+    def _symbolic_step(self, plan, prod, cons, sp, sc, start, step, count, q0, facts, first: int = 0,
+                       end=None) -> bool:
+        """Prove the protocol obligations once for an arbitrary step kidx in [first, trips): run both step
         bodies with the loop variable start + kidx * step, keep only the ring obligations, and undo
         every other effect. False when a step's decision depends on kidx (the unrolled steps then
         carry the obligations)."""
@@ -271,8 +303,8 @@ class RingRules:
         prod.env[sp.var] = k
         cons.env[sc.var] = k
         self.steps[sp.var] = k
-        self.path.extend([kidx >= 0, kidx < count])
-        self.ring = RingStep(as_int(q0) + kidx, list(facts) + [kidx >= 0, kidx < count], check=True)
+        self.path.extend([kidx >= first, kidx < count])
+        self.ring = RingStep(as_int(q0) + kidx, list(facts) + [kidx >= first, kidx < count], check=True, end=end)
         self.dry = True
         ok = True
         try:
@@ -358,9 +390,22 @@ class RingRules:
         self.ring.expects += 1
 
     def ring_arrive(self, s: ir.Arrive) -> None:
-        self.ring_index(s.barrier, s.span, "the consumer's release", "async-overwrite")
-        self.ring.arrives += 1
-        self.ring.released = True
+        plan, r = self.ring_plan_, self.ring
+        if not plan.lag:
+            self.ring_index(s.barrier, s.span, "the consumer's release", "async-overwrite")
+        else:  # step q releases the stage of step q - 1 (after the loop: the last step's)
+            i = as_int(self.scalar(s.barrier.index)) if s.barrier.index is not None else z3.IntVal(0)
+            self.ring_check("async-overwrite", s.span, f"the consumer holds stages q and q - 1 and releases "
+                            f"{s.barrier.name}[(q - 1) % {plan.stages}]; this release names another stage",
+                            i != (r.q - 1) % plan.stages, {"index": i})
+            self.ring_check("async-overwrite", s.span, "the consumer releases the stage of the step before "
+                            "the first one: that stage's next fill would not wait for its reads",
+                            r.q < 1)
+        if r.released:
+            self.ring_check("async-overwrite", s.span, "the consumer releases a stage twice in one step",
+                            z3.BoolVal(True))
+        r.arrives += 1
+        r.released = True
 
     def ring_copy(self, s: ir.Copy, dst, rec) -> None:
         plan, r = self.ring_plan_, self.ring
@@ -376,20 +421,41 @@ class RingRules:
         plan, r = self.ring_plan_, self.ring
         if self.agent.name.startswith("producer"):
             return
-        if r.released:
-            self.ring_check("async-overwrite", span, f"the consumer reads {v.base} after releasing its stage: the "
-                            "producer may already overwrite it", z3.BoolVal(True))
         stage = as_int(v.starts[0]) if len(v.starts) and v.extents[0] is None else None
-        if stage is not None:
-            self.ring_check("async-read-before-wait", span, f"the consumer reads stage {v.base}[…] but the ring "
-                            f"position q delivered stage q % {plan.stages}", stage != r.q % plan.stages,
-                            {"stage": stage})
+        if not plan.lag:
+            if r.released:
+                self.ring_check("async-overwrite", span, f"the consumer reads {v.base} after releasing its stage: "
+                                "the producer may already overwrite it", z3.BoolVal(True))
+            if stage is not None:
+                self.ring_check("async-read-before-wait", span, f"the consumer reads stage {v.base}[…] but the "
+                                f"ring position q delivered stage q % {plan.stages}", stage != r.q % plan.stages,
+                                {"stage": stage})
+            return
+        # held: stage q % S once waited (not after the loop), stage (q - 1) % S until released (q >= 1)
+        if stage is None:  # the whole ring: every stage, one or two of them held
+            self.ring_check("async-read-before-wait", span, f"the consumer reads every stage of {v.base} but "
+                            "holds at most two", z3.BoolVal(plan.stages > 1 + plan.lag))
+            return
+        prev = z3.And(r.q >= 1, stage == (r.q - 1) % plan.stages)
+        cur = z3.And(z3.BoolVal(not r.post), stage == r.q % plan.stages)
+        if r.released:  # a hazard when the producer has a step q - 1 + S to refill it with
+            refill = z3.BoolVal(True) if r.end is None else r.q - 1 + plan.stages < r.end
+            self.ring_check("async-overwrite", span, f"the consumer reads stage {v.base}[(q - 1) % {plan.stages}] "
+                            "after releasing it: the producer's step q - 1 + S may already overwrite it",
+                            z3.And(prev, z3.Not(cur), refill), {"stage": stage})
+        self.ring_check("async-read-before-wait", span, f"the consumer reads stage {v.base}[…] but holds only "
+                        f"stage q % {plan.stages} (delivered at step q) and (q - 1) % {plan.stages} (until it "
+                        "releases it)", z3.Not(z3.Or(prev, cur)), {"stage": stage})
 
     def _end_step(self, plan: RingPlan, sp: ir.For, sc: ir.For) -> None:
         r = self.ring
         if r.arrives == 0:
             self.ring_check("deadlock", sc.span, "the consumer's step never releases its stage: the producer "
-                            "waits forever", z3.BoolVal(True))
+                            "waits forever", r.q >= plan.lag)
+        if plan.lag >= plan.stages:
+            self.ring_check("deadlock", sc.span, f"the consumer holds {plan.lag + 1} stages of a {plan.stages}-stage "
+                            "ring: from this step the producer waits for a release the consumer makes only after "
+                            "it receives the next stage", r.q >= plan.stages)
 
 
 def ring_step_loops(kernel: ir.Kernel) -> dict[int, frozenset[str]]:

@@ -23,6 +23,10 @@ class RingPlan:
     buffers: frozenset[str]  # written by the producer's bulk copies
     persistent: bool  # the step loops sit inside a persistent tile loop
     problems: list = field(default_factory=list)  # (code, span, message): static protocol errors
+    # 1 when the consumer's step q releases the stage of step q - 1 (FlashAttention-3's order: the P·V of
+    # block q - 1 is issued after the QK of block q) and its code after the loop releases the last one
+    lag: int = 0
+    post_release: ir.Arrive | None = None  # that release after the loop
 
 
 def split(body: tuple[ir.Stmt, ...]) -> tuple[tuple, ir.For | None, tuple] | None:
@@ -73,10 +77,23 @@ def ring_plan(roles: tuple[ir.Role, ...], barriers: dict[str, ir.AllocBarrier]) 
     empty = pwaits[0].barrier.name
     if empty == full or full not in barriers or empty not in barriers:
         return "the producer waits on the barrier its copies complete"
+    lag, post_release = 0, None
+    ring_ops = [s for s in walk(nc[5]) if isinstance(s, MBAR_OPS) and s.barrier.name in (full, empty)]
+    if ring_ops:
+        # the consumer holds two stages at a time: step q reads stages q and q - 1 and releases q - 1;
+        # the last step's stage is read and released after the loop (one top-level arrive there)
+        tops = [s for s in nc[5] if isinstance(s, ir.Arrive) and s.barrier.name == empty]
+        if nc[1] is not None:
+            return "the consumer releases a stage after its step loop inside a persistent tile loop"
+        if len(ring_ops) != 1 or len(tops) != 1:
+            return (f"after its step loop the consumer may only release the last step's stage, once "
+                    f"(one arrive on '{empty}', not inside a branch or loop)")
+        lag, post_release = 1, tops[0]
     for role, nest in ((prod, np_), (cons, nc)):
         # a one-shot barrier of the role's own (a TMA load of a tile it keeps, completed and waited for
         # before the steps) is simulated with the role's plain statements; the ring's are not touched
-        outside = [s for part in (nest[0], nest[2], nest[4], nest[5]) for s in walk(part) if isinstance(s, MBAR_OPS)]
+        outside = [s for part in (nest[0], nest[2], nest[4], nest[5]) for s in walk(part)
+                   if isinstance(s, MBAR_OPS) and s is not post_release]
         if any(s.barrier.name in (full, empty) for s in outside) or (outside and nest[1] is not None):
             return f"the {role.kind} uses the ring's mbarriers outside its step loop"
         other = cons if role is prod else prod
@@ -88,7 +105,9 @@ def ring_plan(roles: tuple[ir.Role, ...], barriers: dict[str, ir.AllocBarrier]) 
         return f"'{full}' and '{empty}' have different numbers of stages"
     buffers = frozenset(c.dst.base for c in copies)
     for role, nest in ((prod, np_), (cons, nc)):
-        for part in (nest[0], nest[2], nest[4], nest[5]):
+        # the consumer's code after the loop may read the last stage before it releases it
+        post = nest[5] if post_release is None or role is prod else nest[5][nest[5].index(post_release) + 1:]
+        for part in (nest[0], nest[2], nest[4], post):
             for x in walk(part):
                 if isinstance(x, ir.Ref) and x.space == "shared" and x.base in buffers:
                     return f"the {role.kind} touches ring buffer '{x.base}' outside its step loop"
@@ -99,7 +118,7 @@ def ring_plan(roles: tuple[ir.Role, ...], barriers: dict[str, ir.AllocBarrier]) 
     cwaits = [s for s in walk(cstep.body) if isinstance(s, ir.WaitBarrier)]
     if len(cwaits) != 1 or cwaits[0].barrier.name != full:
         return f"the consumer's step does not wait exactly once, on '{full}'"
-    plan = RingPlan(prod, cons, full, empty, S, buffers, np_[1] is not None)
+    plan = RingPlan(prod, cons, full, empty, S, buffers, np_[1] is not None, lag=lag, post_release=post_release)
     for role, step in ((prod, pstep), (cons, cstep)):
         for x in walk(step.body):
             if isinstance(x, (ir.Arrive, ir.ExpectTx, ir.WaitBarrier)) and x.barrier.name not in (full, empty):

@@ -28,10 +28,6 @@ BROKEN = sorted((CORPUS / "broken").glob("*.arg"))
 UNKNOWN_OK: dict[str, str] = {}
 # correct kernels the verifier flags today (each replay does not confirm it), kept so the fix shows
 KNOWN_FALSE_ALARMS: dict[str, str] = {
-    "fa_ws_pipelined_pv": "FA3's order (P·V of block j-1 after QK of block j, the last P·V after the loop) is run "
-                          "by role simulation (the ring checker takes a release outside the step loop for no ring); "
-                          "accumulation-coverage / reference-footprint say some V rows are summed twice past the "
-                          "unrolled steps, the interpreter finds the output right",
 }
 SECONDS = 60  # a generous bound for a loaded 2-core machine; the README's table gives the measured times
 
