@@ -88,6 +88,12 @@ VARIANTS = [
             {"BKV": 128, "STAGES": 2}, file="examples/flash_attention_ws.arg"),
     Variant("ws-bkv128-s3", "flash_attention_ws.arg BKV=128, 3 stages", {"BKV": 128, "STAGES": 3},
             file="examples/flash_attention_ws.arg"),
+    Variant("ws-fa3", "FlashAttention-3's order in the source (QK of block j, then P·V of block j-1 and its release, "
+            "then block j's softmax; tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg): the P·V wgmma stays in "
+            "flight under the softmax (codegen/held_release.py)",
+            file="tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg"),
+    Variant("ws-fa3-bf16", "ws-fa3 with P carried to the next step in bf16 (fa_ws_pipelined_pv_bf16.arg)",
+            file="tests/analysis/corpus/correct/fa_ws_pipelined_pv_bf16.arg"),
     Variant("bq128", "BQ=128 (2 warpgroups, two blocks per SM; the D=128 default before 2026-11-30)", {"BQ": 128}),
     Variant("mask-all", "every kv block masked per element (uniform_select=False), causal blocks in launch order",
             {"HEAVY_FIRST": False}, {"uniform_select": False}),

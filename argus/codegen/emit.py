@@ -27,7 +27,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-from argus.codegen import atomics, memory, mma
+from argus.codegen import atomics, held_release, memory, mma
 from argus.codegen import bulk_store as bulk_store_mod
 from argus.codegen import release_lag as lag_mod
 from argus.codegen.cexpr import (
@@ -128,6 +128,13 @@ class Emitter(Expressions):
         self.lags = lag_mod.lagged_steps(kernel, release_lag) if defer_wgmma else {}
         # the lag being emitted and the local holding the deferred barrier address
         self.lag: tuple[lag_mod.Lag, str] | None = None
+        # a consumer holding two ring stages in the source (codegen/held_release.py): its step loop,
+        # the release variable while that loop is emitted, the release recorded, the branches around
+        self.hold = held_release.hold_of(kernel, defer_wgmma)
+        self.hold_var: str | None = None
+        self.held: held_release.Held | None = None
+        self.if_stack: list[int] = []
+        self.defer_reg_a = False  # leave register-A wgmmas in flight (inside the hold step loop)
         self.path = path or kernel.path
         self.sm = sm
         self.lines: list[str] = []
@@ -397,12 +404,30 @@ class Emitter(Expressions):
         for name in order[:last + 1]:
             self.line("#pragma unroll")
             self.line(f"for (int ag_i = 0; ag_i < {self.pending.pop(name)}; ++ag_i) ag_reg_fence({name}[ag_i]);")
+        if self.held is not None and not self.held.names & set(self.pending):
+            self.fire_held()
+
+    def fire_held(self, force: bool = False) -> None:
+        """Make the recorded stage release (held_release.py) once the wgmmas issued before it are done
+        (force: wait for them here). Outside the branches it was recorded in it is made for every path."""
+        h = self.held
+        if force and h.names & set(self.pending):
+            self.flush_wgmma(set(h.names))  # fires it
+            return
+        self.open(f"if ({h.var}_on)")
+        self.arrive(h.arrive, bar=h.var)
+        self.line(f"{h.var}_on = false;")
+        self.close()
+        if tuple(self.if_stack) == h.ifs[:len(self.if_stack)]:
+            self.held = None
 
     def _wgmma_needs(self, s: ir.Stmt) -> set[str] | None:
         """Pending accumulators statement `s` touches (None: it must wait for every wgmma, e.g. it
         writes shared memory a wgmma may be reading, or synchronises with threads that do)."""
         if isinstance(s, _WGMMA_SAFE) or (isinstance(s, ir.Let) and isinstance(s.value.type, ScalarT)):
             return set()
+        if self.hold_var is not None and isinstance(s, ir.Arrive) and s.barrier.name == self.hold.empty:
+            return set()  # recorded, made once the wgmmas before it are done (held_release.py)
         if isinstance(s, ir.Let) and isinstance(s.value.type, TileT):
             names = {x.name for x in sub_exprs(s.value) if isinstance(x, ir.Var)} | {s.name}
             return {self.local(n) for n in names} & set(self.pending)
@@ -519,6 +544,16 @@ class Emitter(Expressions):
     def stmt(self, s: ir.Stmt) -> None:
         self.at(s.span)
         lag = self.lag[0] if self.lag else None
+        if self.hold_var is not None and isinstance(s, ir.Arrive) and s.barrier.name == self.hold.empty and \
+                self.pending:
+            if self.held is not None:
+                self.fire_held(force=True)
+            self.line(f"{self.hold_var} = {self.mbar_addr(s.barrier, s.span)}; {self.hold_var}_on = true;  "
+                      "// released once the wgmmas issued before it are done (codegen/held_release.py)")
+            self.held = held_release.Held(self.hold_var, s, frozenset(self.pending), tuple(self.if_stack))
+            return
+        if self.held is not None and held_release.blocks_release(s):
+            self.fire_held(force=True)
         if self.pending:
             need = self._wgmma_needs(s)
             if lag and s is lag.arrive:
@@ -577,6 +612,7 @@ class Emitter(Expressions):
             entry, defs = dict(self.pending), dict(self.index_def)
             self.scratch_forget()
             self.open(f"if ({self.sx(s.cond)})")
+            self.if_stack.append(id(s))
             self.stmts(s.then)
             self.scratch_forget()
             after_then, self.pending = self.pending, dict(entry)
@@ -584,8 +620,10 @@ class Emitter(Expressions):
             if s.orelse:
                 self.depth -= 1
                 self.open("} else")
+                self.if_stack[-1] = -id(s)
                 self.stmts(s.orelse)
                 self.scratch_forget()
+            self.if_stack.pop()
             self.close()
             after_else = self.pending
             self.pending = {**after_else, **after_then}
@@ -662,6 +700,11 @@ class Emitter(Expressions):
             var = self.tmp("rel")
             self.line(f"ag_u32 {var} = 0u; bool {var}_on = false;  // a stage release deferred by one step "
                       "(codegen/release_lag.py)")
+        hold = self.hold is not None and self.hold.step == id(s)
+        if hold:
+            hold_var = self.tmp("held")
+            self.line(f"ag_u32 {hold_var} = 0u; bool {hold_var}_on = false;  // a stage release held until the "
+                      "wgmmas before it are done (codegen/held_release.py)")
         start, last_line, entry = len(self.lines), self.last_line, dict(self.pending)
 
         def emit() -> None:
@@ -671,11 +714,17 @@ class Emitter(Expressions):
                 self.line("// persistent: this block takes every num_blocks-th tile")
             self.open(f"for (int {v} = {self.sx(s.start)}; {v} {cmp} {self.sx(s.stop)}; {inc})")
             self.lag = (lag, var) if lag is not None else None
+            if hold:
+                self.hold_var, self.defer_reg_a = hold_var, True
             self.scratch_forget()
             try:
                 self.stmts(s.body)
+                if self.held is not None:  # at the latest at the end of the step
+                    self.fire_held(force=True)
             finally:
                 self.lag = outer
+                if hold:
+                    self.hold_var, self.defer_reg_a = None, False
             self.scratch_forget()
             self.close()
 

@@ -257,8 +257,9 @@ def _wgmma(em: Emitter, name: str, m: ir.Mma, a: SView | str, b: SView) -> None:
     em.close()
     em.line("ag_wgmma_commit();")
     # A register A operand stays reserved until the wait: deferring it keeps those registers and the
-    # accumulator live across what follows (measured: it made FlashAttention spill), so wait at once.
-    if em.defer_wgmma and not a_regs:
+    # accumulator live across what follows (measured: it made FlashAttention spill), so wait at once,
+    # except in the step of a consumer written to overlap it (codegen/held_release.py).
+    if em.defer_wgmma and (not a_regs or em.defer_reg_a):
         em.line("// waited for before the next statement that needs the accumulator or this stage")
         em.pending.pop(name, None)  # commit order: a chained group is the newest
         em.pending[name] = regs * ma * na

@@ -53,7 +53,7 @@ def lagged_steps(kernel: ir.Kernel, enabled: bool | None = None) -> dict[int, La
     if not enabled:
         return {}
     plan = kernel_ring_plan(kernel)
-    if plan is None or plan.problems or plan.stages < 2 or plan.consumer.release != "deferred":
+    if plan is None or plan.problems or plan.lag or plan.stages < 2 or plan.consumer.release != "deferred":
         return {}
     step = role_nest(plan.consumer)[3]
     lag = _step_shape(step.body, plan.full, plan.empty)
