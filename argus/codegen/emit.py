@@ -705,6 +705,23 @@ class Emitter(Expressions):
             hold_var = self.tmp("held")
             self.line(f"ag_u32 {hold_var} = 0u; bool {hold_var}_on = false;  // a stage release held until the "
                       "wgmmas before it are done (codegen/held_release.py)")
+        body, first = s.body, self.sx(s.start)
+        peeled = held_release.peel(s) if hold else None
+        if peeled is not None:
+            self.open(f"if ({first} < {self.sx(s.stop)})")
+            self.line(f"const int {v} = {first};  // the first step apart: its `if` on the step index is false "
+                      "(codegen/held_release.py)")
+            self.hold_var, self.defer_reg_a = hold_var, True
+            self.scratch_forget()
+            try:
+                self.stmts(peeled[0])
+                if self.held is not None:
+                    self.fire_held(force=True)
+            finally:
+                self.hold_var, self.defer_reg_a = None, False
+            self.scratch_forget()
+            self.close()
+            body, first = peeled[1], str(peeled[2])
         start, last_line, entry = len(self.lines), self.last_line, dict(self.pending)
 
         def emit() -> None:
@@ -712,13 +729,13 @@ class Emitter(Expressions):
                 self.line("#pragma unroll")
             elif s.kind == "persistent":
                 self.line("// persistent: this block takes every num_blocks-th tile")
-            self.open(f"for (int {v} = {self.sx(s.start)}; {v} {cmp} {self.sx(s.stop)}; {inc})")
+            self.open(f"for (int {v} = {first}; {v} {cmp} {self.sx(s.stop)}; {inc})")
             self.lag = (lag, var) if lag is not None else None
             if hold:
                 self.hold_var, self.defer_reg_a = hold_var, True
             self.scratch_forget()
             try:
-                self.stmts(s.body)
+                self.stmts(body)
                 if self.held is not None:  # at the latest at the end of the step
                     self.fire_held(force=True)
             finally:

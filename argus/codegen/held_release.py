@@ -8,6 +8,10 @@ loop of such a consumer:
 
 - a wgmma whose A operand is in registers is left in flight like one on shared operands (mma.py waits
   at once elsewhere: a register A kept live across what follows made the plain FlashAttention spill);
+- the first step is emitted apart (`peel`) when an `if` of the step tests the step index against the
+  first one (`if j > 0:`), so the later steps issue the P·V unconditionally: a wgmma under a branch
+  merges its accumulator's value at the join, and ptxas then serialises every wgmma of the kernel
+  (C7514, NVRTC 13.0);
 - the release is recorded (the barrier's address and a flag) and performed once every wgmma group
   issued before it is done: at the first wait that covers them (the rescale of the accumulator, after
   the softmax), before any other mbarrier operation, barrier or loop, and at the latest at the end of
@@ -48,6 +52,47 @@ def hold_of(kernel: ir.Kernel, enabled: bool) -> Hold | None:
     if plan is None or not plan.lag or plan.problems:
         return None
     return Hold(id(role_nest(plan.consumer)[3]), plan.empty)
+
+
+def _first_only(cond: ir.Expr, var: str, start: int, step: int) -> bool | None:
+    """True when `cond` is false at the loop's first index and true at every later one (a comparison
+    of the loop variable with a constant); None when it is not such a test."""
+    if not isinstance(cond, ir.Cmp):
+        return None
+    a, b, op = cond.a, cond.b, cond.op
+    if isinstance(b, ir.Var) and isinstance(a, ir.Const):
+        a, b, op = b, a, {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "!=": "!=", "==": "=="}.get(op, op)
+    if not (isinstance(a, ir.Var) and a.name == var and isinstance(b, ir.Const) and type(b.value) is int):
+        return None
+    c = b.value
+    tests = {">": lambda j: j > c, ">=": lambda j: j >= c, "!=": lambda j: j != c}
+    if op not in tests:
+        return None
+    t = tests[op]
+    # monotone in j for > and >=; != holds for every j past its constant
+    later = t(start + step) and (op != "!=" or c <= start)
+    return True if not t(start) and later else None
+
+
+def peel(loop: ir.For) -> tuple[tuple[ir.Stmt, ...], tuple[ir.Stmt, ...], int] | None:
+    """(the first step's body, the later steps' body, the second index) when some top-level `if` of the
+    body is false at the first step and true after it (both bodies with those `if`s resolved)."""
+    if not (isinstance(loop.start, ir.Const) and type(loop.start.value) is int and isinstance(loop.step, ir.Const)
+            and type(loop.step.value) is int and loop.step.value > 0):
+        return None
+    start, step = loop.start.value, loop.step.value
+    first: list[ir.Stmt] = []
+    later: list[ir.Stmt] = []
+    found = False
+    for s in loop.body:
+        if isinstance(s, ir.If) and _first_only(s.cond, loop.var, start, step):
+            found = True
+            first.extend(s.orelse)
+            later.extend(s.then)
+        else:
+            first.append(s)
+            later.append(s)
+    return (tuple(first), tuple(later), start + step) if found else None
 
 
 def blocks_release(s: ir.Stmt) -> bool:

@@ -8,9 +8,11 @@ import re
 
 import pytest
 
-from argus.codegen.compile import build
+from argus.codegen import held_release
 from argus.codegen.emit import generate
 from argus.codegen.held_release import hold_of
+from argus.dsl.types import BOOL, I32, ScalarT
+from argus.ir import nodes as ir
 from argus.ir.build import build_file
 from tests.conftest import ROOT
 
@@ -19,7 +21,7 @@ CORPUS = ROOT / "tests" / "analysis" / "corpus" / "correct"
 
 def _step(src: str) -> str:
     body = src[src.index("role 'consumer'"):]
-    start = body.index("for (int j = 0;")
+    start = body.index("for (int j = 1;")  # the first step is emitted apart (peel)
     return body[start:body.index("sl = ", start)]
 
 
@@ -42,20 +44,28 @@ def test_the_delayed_pv_runs_under_the_softmax(file) -> None:
     assert step.count("ag_mbar_arrive(") == 1
 
 
-def test_a_release_recorded_in_a_branch_is_made_once() -> None:
+def test_a_recorded_release_is_made_once() -> None:
     src = generate(build_file(CORPUS / "fa_ws_pipelined_pv.arg")).source
     step = _step(src)
     guard = step.index("if (ag_held")
     assert "_on = false;" in step[guard:guard + 300]
 
 
-def test_eager_waits_and_plain_rings_keep_the_literal_order() -> None:
-    k = build_file(CORPUS / "fa_ws_pipelined_pv.arg")
-    assert "ag_held" not in generate(k, defer_wgmma=False).source
-    assert hold_of(build_file(ROOT / "examples" / "flash_attention_ws.arg"), True) is None
+def test_the_first_step_is_peeled_so_the_later_pv_is_unconditional() -> None:
+    src = generate(build_file(CORPUS / "fa_ws_pipelined_pv.arg")).source
+    body = src[src.index("role 'consumer'"):]
+    peeled = body[body.index("const int j = 0;"):body.index("for (int j = 1;")]
+    assert peeled.count("ag_wgmma_commit();") == 1  # QK only: `if j > 0` is false there
+    assert "ag_mbar_arrive(" not in peeled
+    assert "if ((j > 0))" not in _step(src)
 
 
-@pytest.mark.parametrize("params", [{}, {"HD": 64, "BKV": 64}, {"CAUSAL": True}])
-def test_it_compiles(params) -> None:
-    built = build(build_file(CORPUS / "fa_ws_pipelined_pv_bf16.arg", params), arch="sm_90a")
-    assert "ag_held" in built.generated.source
+@pytest.mark.parametrize(("op", "lhs", "rhs", "expect"), [
+    (">", "j", 0, True), (">=", "j", 1, True), ("!=", "j", 0, True), ("<", 0, "j", True),
+    (">", "j", 1, None), (">=", "j", 0, None), ("<", "j", 3, None), ("==", "j", 0, None), (">", "k", 0, None)])
+def test_peel_takes_only_tests_false_at_the_first_step_and_true_after(op, lhs, rhs, expect) -> None:
+    def node(x):
+        return ir.Var(ScalarT(I32, False), name=x) if isinstance(x, str) else ir.Const(ScalarT(I32, False), value=x)
+
+    cond = ir.Cmp(ScalarT(BOOL, False), op=op, a=node(lhs), b=node(rhs))
+    assert held_release._first_only(cond, "j", 0, 1) is expect
