@@ -4,7 +4,8 @@ Each case draws fresh random inputs (argus.interp.run.make_arrays: normal values
 O with NaN, launches once and compares with the kernel's `reference:` block evaluated in float64 (the
 interpreter's criterion, argus.runtime.bench.check_on_gpu). Cases cover head dims 64 and 128, causal
 and not, GROUP 1 and 4 (grouped-query attention), sequence lengths that are not tile multiples, SQ !=
-SKV both ways, the mma.sync variant, and examples/flash_attention_ws.arg (TMA producer warpgroup).
+SKV both ways, the mma.sync variant, examples/flash_attention_ws.arg (TMA producer warpgroup) and
+FlashAttention-3's order (tests/analysis/corpus/correct/fa_ws_pipelined_pv*.arg).
 Marked `gpu`: skipped without a GPU.
 """
 
@@ -20,6 +21,11 @@ from tests.runtime.test_driver_gpu import ARCH, gpu  # noqa: E402
 
 FA = EXAMPLES / "flash_attention.arg"
 WS = "flash_attention_ws.arg"  # a case whose params carry FILE=WS builds that example instead
+# FlashAttention-3's order (a ring consumer holding two stages; codegen/held_release.py). A causal block
+# with no key (SQ > SKV) would read and release a stage after a loop of no step: the verifier flags it
+# there, so its cases keep SQ <= SKV + BQ
+FA3 = "../tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg"
+FA3B = "../tests/analysis/corpus/correct/fa_ws_pipelined_pv_bf16.arg"
 
 # (params, (B, HKV, SQ, SKV))
 CASES = [
@@ -41,6 +47,11 @@ CASES = [
     ({"FILE": WS, "HD": 128, "CAUSAL": True, "GROUP": 4}, (2, 1, 129, 1000)),
     ({"FILE": WS, "HD": 64, "CAUSAL": True}, (1, 2, 333, 517)),
     ({"FILE": WS, "HD": 64, "GROUP": 4, "CAUSAL": True}, (1, 1, 333, 200)),
+    ({"FILE": FA3, "HD": 128, "BKV": 64, "STAGES": 4}, (2, 3, 256, 256)),
+    ({"FILE": FA3, "HD": 128}, (1, 2, 200, 333)),
+    ({"FILE": FA3, "HD": 128, "BKV": 64, "STAGES": 2, "CAUSAL": True, "GROUP": 4}, (2, 1, 129, 1000)),
+    ({"FILE": FA3, "HD": 64, "CAUSAL": True}, (1, 2, 333, 517)),
+    ({"FILE": FA3B, "HD": 128, "BKV": 64, "STAGES": 4}, (1, 2, 200, 333)),
 ]
 
 
