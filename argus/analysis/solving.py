@@ -157,9 +157,32 @@ def fix_model(formula, m: z3.ModelRef):
 def purify(formulas: list) -> list:
     """Replace each integer `x div d` / `x mod d` by a non-numeral divisor with fresh q, r and the facts
     x = q * d + r, 0 <= r < d (for d > 0): the division theorem stated once per (x, d), which nonlinear
-    schedule queries (grouped rasters divide by runtime tile counts) need far less search with."""
+    schedule queries (grouped rasters divide by runtime tile counts) need far less search with.
+
+    A divisor that is a product a * b also gets the nesting theorem (a, b > 0): x div (a*b) is
+    (x div a) div b and x mod (a*b) is x mod a + a * ((x div a) mod b). A tile index linearised over
+    several runtime counts (row block, head, batch) is split by both forms, and the solver otherwise has
+    to rediscover the theorem by nonlinear search (seconds, or a timeout, depending on what ran before)."""
     cache: dict = {}
     facts: list = []
+
+    def qr(x, d):
+        pk = ("qr", x.get_id(), d.get_id())
+        if pk not in cache:
+            q, r = z3.FreshInt("q", x.ctx), z3.FreshInt("r", x.ctx)
+            facts.append(z3.Implies(d > 0, z3.And(x == q * d + r, r >= 0, r < d)))
+            cache[pk] = (q, r)
+            if z3.is_app(d) and d.decl().kind() == z3.Z3_OP_MUL and d.num_args() >= 2:
+                factors = d.children()
+                for i, a in enumerate(factors):  # every factor first: the kernel may split in any order
+                    if z3.is_int_value(a):
+                        continue
+                    rest = [f for j, f in enumerate(factors) if j != i]
+                    b = rest[0] if len(rest) == 1 else z3.Product(*rest)
+                    qa, ra = qr(x, a)
+                    qb, rb = qr(qa, b)
+                    facts.append(z3.Implies(z3.And(a > 0, b > 0), z3.And(q == qb, r == ra + a * rb)))
+        return cache[pk]
 
     def visit(e):
         if not isinstance(e, z3.ExprRef):
@@ -171,13 +194,7 @@ def purify(formulas: list) -> list:
             kids = [visit(c) for c in e.children()]
             k = e.decl().kind()
             if k in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and not z3.is_int_value(kids[1]):
-                x, d = kids
-                pk = ("qr", x.get_id(), d.get_id())
-                if pk not in cache:
-                    q, r = z3.FreshInt("q"), z3.FreshInt("r")
-                    facts.append(z3.Implies(d > 0, z3.And(x == q * d + r, r >= 0, r < d)))
-                    cache[pk] = (q, r)
-                q, r = cache[pk]
+                q, r = qr(*kids)
                 out = q if k == z3.Z3_OP_IDIV else r
             elif z3.is_quantifier(e):
                 out = e
@@ -195,23 +212,52 @@ def purify(formulas: list) -> list:
     return out + facts
 
 
-def nonlinear_check(formulas: list, prefer: list | None = None, timeout_ms: int = 8000):
-    """(result, model) for formulas with nonlinear integer terms: as they are, then purified (each
-    helps a different query shape), each first under `prefer` (small dims) for small models."""
-    for fs in (formulas, None):
-        if fs is None:
-            fs = purify(formulas)
-        s = solver(timeout_ms)
+def nonlinear_check(formulas: list, prefer: list | None = None, timeout_ms: int = 8000,
+                    purified_first: bool = False):
+    """(result, model) for formulas with nonlinear integer terms: as they are, then purified (each helps
+    a different query shape), each first under `prefer` (small dims) for small models.
+
+    `purified_first` (tile schedules that divide by runtime tile counts, where the division theorems
+    settle the query at once): purified with a short budget, then as they are, then purified with the
+    whole budget, in a fresh Z3 context. In the shared context a query's preprocessing depends on every
+    term created before it: a schedule proved here in about a second timed out in CI after other files
+    were verified in the same process. A fresh context gives the resource-limited verdict whatever ran
+    before (translating costs ~10 ms, so the many cheap ring queries use the shared context and go to a
+    fresh one only when it answers unknown). The model is translated back to the caller's context."""
+    if not purified_first:
+        r, m = _attempt(formulas, prefer, timeout_ms, None, False)
+        if r != z3.unknown:
+            return r, m
+    return _attempt(formulas, prefer, timeout_ms, z3.Context(), purified_first)
+
+
+def _attempt(formulas: list, prefer: list | None, timeout_ms: int, ctx, purified_first: bool):
+    home = formulas[0].ctx if formulas and isinstance(formulas[0], z3.ExprRef) else z3.main_ctx()
+    here = [f.translate(ctx) for f in formulas] if ctx is not None else list(formulas)
+    prefer_here = [p.translate(ctx) for p in prefer or []] if ctx is not None else list(prefer or [])
+    # purified lazily, in the query's context: fresh terms in the caller's would change its later queries
+    pure: list = []
+    order = (("pure", min(timeout_ms, 1000)), ("here", timeout_ms), ("pure", timeout_ms)) if purified_first \
+        else (("here", timeout_ms), ("pure", timeout_ms))
+    for which, ms in order:
+        if which == "pure" and not pure:
+            pure = purify(here)
+        fs = pure if which == "pure" else here
+        s = solver(ms, ctx)
         s.add(*fs)
-        r = s.check(*(prefer or []))
+        r = s.check(*prefer_here)
         if r == z3.sat:
-            return r, s.model()
-        r = s.check() if prefer else r
+            return r, _back(s.model(), home, ctx)
+        r = s.check() if prefer_here else r
         if r == z3.sat:
-            return r, s.model()
+            return r, _back(s.model(), home, ctx)
         if r == z3.unsat:
             return r, None
     return z3.unknown, None
+
+
+def _back(m: z3.ModelRef, home, ctx) -> z3.ModelRef:
+    return m if ctx is None else m.translate(home)
 
 
 def _moduli(formulas) -> dict:
@@ -322,3 +368,4 @@ def check_split(s: z3.Solver, assumptions: list | None = None, limit: int = 256,
         if r == z3.unknown:
             result = z3.unknown
     return result
+

@@ -52,8 +52,8 @@ class CheckedSolver(z3.Solver):
 
     RETRIES = 3
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, ctx: z3.Context | None = None) -> None:
+        super().__init__(ctx=ctx)
         self.budget_ms = SOLVER_TIMEOUT_MS
         self._model: z3.ModelRef | None = None
 
@@ -67,7 +67,7 @@ class CheckedSolver(z3.Solver):
         if holds(m, asked):
             return r
         for seed in range(1, self.RETRIES + 1):
-            s = z3.Solver()
+            s = z3.Solver(ctx=self.ctx)
             s.set("random_seed", seed)
             s.set("rlimit", self.budget_ms * RLIMIT_PER_MS)
             s.set("timeout", self.budget_ms * 4)
@@ -93,8 +93,8 @@ def holds(m: z3.ModelRef, formulas) -> bool:
     return True
 
 
-def solver(timeout_ms: int = SOLVER_TIMEOUT_MS) -> z3.Solver:
-    return budget(CheckedSolver(), timeout_ms)
+def solver(timeout_ms: int = SOLVER_TIMEOUT_MS, ctx: z3.Context | None = None) -> z3.Solver:
+    return budget(CheckedSolver(ctx), timeout_ms)
 
 
 def as_int(v):

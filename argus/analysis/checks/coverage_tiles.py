@@ -118,7 +118,7 @@ def _first_tile(st, var: str, t) -> bool:
 def _ask(cov, code, base, formula: list, ctx, out, span, msg, notes, tile=None, other=None) -> None:
     if cov.done(code, out):
         return
-    r, m = nonlinear_check(list(base) + list(formula), [d <= 512 for d in ctx.dims.values()])
+    r, m = nonlinear_check(list(base) + list(formula), [d <= 512 for d in ctx.dims.values()], purified_first=True)
     if r == z3.unsat:
         return
     if r == z3.unknown:
