@@ -477,7 +477,8 @@ class ReferenceContract:
                 trace.obligations.append(Obligation(
                     "reference-footprint", st.span,
                     f"the stored {self.output} element sums a term at a position outside its input (a zero "
-                    "fill the arithmetic makes nonzero, e.g. exp(0 - max): a mask that admits the tail)",
+                    "fill the arithmetic makes nonzero, e.g. exp(0 - max), or a -inf fill: a mask that admits "
+                    "the tail)",
                     z3.Or(*phantoms), base, dict(names), st.step, extra={"kind": "phantom", "claim": True}))
             if pairing:
                 trace.obligations.append(Obligation(
@@ -790,15 +791,17 @@ def _stored_maxima(t: T.Term) -> list[T.Red]:
 
 
 def _phantoms(matched, keys, tag) -> list:
-    """Members of a sum that carry data although their index atom lies outside its tensor: the masked
-    access read the zero fill, and the member's arithmetic made it nonzero (exp(0 - max), (0 - mean)^2),
+    """Members of a sum that carry data (or -inf) although their index atom lies outside its tensor: the
+    masked access read the zero fill, and the member's arithmetic made it nonzero (exp(0 - max), (0 - mean)^2),
     so the kernel sums a term at an index the reference's sum does not have. The dependency comparison
     cannot see it (a zero fill depends on nothing), and _member_at pairs only members inside."""
     out = []
     for n, (m, atoms) in enumerate(matched):
         ren = [(v, z3.Int(f"{v.decl().name()}_ph{tag}_{n}")) for v in m.vars]
         outside = [z3.Not(T.zb(atoms[t].inside)) for t, _p, _v in keys]
-        bad = z3.And(T.zb(m.domain), T.zb(m.body.live), z3.Or(*outside))
+        # -inf there too (a tail masked to -inf, or picked by an index past the end, then summed): the
+        # reference's sum has no member at that index, and -inf is no zero
+        bad = z3.And(T.zb(m.domain), z3.Or(T.zb(m.body.live), T.zb(m.body.minf)), z3.Or(*outside))
         bad = z3.substitute(bad, *ren) if ren else bad
         if not z3.is_false(z3.simplify(bad)):
             out.append(bad)

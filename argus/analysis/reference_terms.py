@@ -187,7 +187,10 @@ class ReferenceTerms:
                 # a positional predicate only when both sides are masks (on integers & is bitwise)
                 masks = all(x.value is not None and _is_bool(x.value(tuple(z3.Int(f"_p{k}") for k in range(x.ndim))))
                             for x in arrs)
-                return self.pointwise(name, arrs, (lambda x, y: f(T.zb(x), T.zb(y))) if masks else None)
+                if masks:
+                    return self.pointwise(name, arrs, lambda x, y: f(T.zb(x), T.zb(y)))
+                gated = self._mask_and_data(arrs) if e.op == "&" else None
+                return gated if gated is not None else self.pointwise(name, arrs)
             if isinstance(a, bool) and isinstance(b, bool):
                 return {"&": a and b, "|": a or b, "^": a != b}[e.op]
             raise NotAnalysable(f"'{e.op}' on runtime values", e.span)
@@ -472,12 +475,35 @@ class ReferenceTerms:
         # of positions too: a clamped index (X[minimum(i, N - 1)]) is still an index computed from positions
         return self.pointwise("min", [self.arr(a), self.arr(b)], lambda x, y: _pick(x, y, True))
 
+    def _mask_and_data(self, arrs: list) -> Arr | None:
+        """`mask & cond` with one side a predicate on values (positions, an integer tensor's contents) and
+        the other a condition on data: false wherever the mask is, the data condition elsewhere -- the
+        executor's rule for the same `&` in a kernel (argus.analysis.tiles), so both sides agree that
+        the mask's tensor is read as a value, not as data."""
+        def is_mask(x):
+            return x.value is not None and _is_bool(x.value(tuple(z3.Int(f"_p{k}") for k in range(x.ndim))))
+        kinds = [is_mask(x) for x in arrs]
+        if kinds.count(True) != 1 or any(x.value is not None for x, m in zip(arrs, kinds) if not m):
+            return None
+        mask, data = (arrs[0], arrs[1]) if kinds[0] else (arrs[1], arrs[0])
+
+        def elem(idx):
+            return T.sel(T.zb(mask.value(self.sub(mask, idx))), data.elem(self.sub(data, idx)), T.ZERO)
+        return Arr(self.broadcast(arrs), elem)
+
     def fn_where(self, c, a, b, span=None):
         c, a, b = self.arr(c), self.arr(a), self.arr(b)
         shape = self.broadcast([c, a, b])
         if c.value is None:
-            return Arr(shape, lambda idx: T.op("select", c.elem(self.sub(c, idx)), a.elem(self.sub(a, idx)),
-                                              b.elem(self.sub(b, idx))))
+            def delem(idx):
+                ct, guard = c.elem(self.sub(c, idx)), []
+                while isinstance(ct, T.Sel) and isinstance(ct.b, T.Lit) and ct.b.kind == "zero":
+                    guard.append(ct.cond)  # a data condition under a mask (false outside it), as in kernels
+                    ct = ct.a
+                tb = b.elem(self.sub(b, idx))
+                inner = T.op("select", ct, a.elem(self.sub(a, idx)), tb)
+                return T.sel(z3.And(*[T.zb(g) for g in guard]), inner, tb) if guard else inner
+            return Arr(shape, delem)
 
         def elem(idx):
             return T.sel(T.zb(c.value(self.sub(c, idx))), a.elem(self.sub(a, idx)), b.elem(self.sub(b, idx)))

@@ -72,8 +72,24 @@ class TileRules:
         if v.space == "global":
             self.trace.global_accesses.append((v, e.masked, "read", e.span, self.step_snapshot(),
                                                self.copy_threads(v)))
-            return SymTile(v.shape, self.global_tags(v))
+            return SymTile(v.shape, self.global_tags(v), value=self.global_values(v))
         return SymTile(v.shape, self.read_shared(v, e.span, False))
+
+    def global_values(self, v: View):
+        """An integer tensor's tile carries its contents, as its scalar loads and the reference's reads
+        do (one uninterpreted function per tensor), so `select(keep != 0, x, 0)` on a loaded mask is the
+        reference's `where(keep != 0, X, 0)`; an element past the tensor's end reads as the fill, 0.
+        Float tiles carry none: a select on them stays a select on data."""
+        t = self.k.tensor(v.base)
+        if t.dtype.is_float:
+            return None
+        dims = [as_int(d) if isinstance(d, int) else self.ctx.dims[d] for d in t.dims]
+
+        def value(idx):
+            c = tuple(as_int(x) for x in v.coords(idx))
+            inside = z3.And(*[z3.And(x >= 0, x < d) for x, d in zip(c, dims)])
+            return z3.If(inside, self.ctx.tensor_value(v.base, t.dtype, c), 0)
+        return value
 
     def operand(self, x, span) -> tuple[SymTile, View | None]:
         if isinstance(x, ir.Ref):

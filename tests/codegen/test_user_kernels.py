@@ -110,14 +110,6 @@ IDS = [f"{k[1]}" for k in KERNELS]
 # Kernels the verifier does not prove today although they are correct; their code generation is tested
 # here all the same. Strict: a kernel that starts verifying must leave this list.
 VERIFIER_FALSE_ALARMS = {
-    "cross_entropy": "reference-footprint unknown: the zero-fill claim on select(cols == target[:, None], x, 0) "
-                     "(a column past N is never the target by the contract; the structural analysis does not know "
-                     "it) is not reproduced by the interpreter",
-    "dropout_scale_mask": "store-coordinates / reference-footprint violated (replay not confirmed): select(k != 0, "
-                          "x * s, 0.0) with k a tile loaded from an i32 tensor is a select on data (the element "
-                          "depends on keep and on X everywhere), while the reference's where(keep != 0, ...) reads "
-                          "the integer tensor's contents as a value (X only where keep != 0, keep not at all); "
-                          "scalar loads of integer tensors already carry that value, tile loads do not",
 }
 
 
