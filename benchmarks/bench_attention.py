@@ -98,6 +98,12 @@ VARIANTS = [
             {"BKV": 64, "STAGES": 4}, file="tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg"),
     Variant("ws-fa3-bf16-64", "ws-fa3-bf16 with BKV=64 and 4 stages", {"BKV": 64, "STAGES": 4},
             file="tests/analysis/corpus/correct/fa_ws_pipelined_pv_bf16.arg"),
+    Variant("ws-fa3-112", "ws-fa3 with BKV=112 and 2 stages (ptxas: 44 B of spills at 168 registers, against 216 B "
+            "at BKV=128)", {"BKV": 112, "STAGES": 2}, file="tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg"),
+    Variant("ws-fa3-96", "ws-fa3 with BKV=96 and 3 stages", {"BKV": 96, "STAGES": 3},
+            file="tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg"),
+    Variant("ws-112", "flash_attention_ws.arg (literal order) with BKV=112", {"BKV": 112},
+            file="examples/flash_attention_ws.arg"),
     Variant("ws-fa3-64-s2", "ws-fa3 with BKV=64 and 2 stages", {"BKV": 64, "STAGES": 2},
             file="tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg"),
     Variant("bq128", "BQ=128 (2 warpgroups, two blocks per SM; the D=128 default before 2026-11-30)", {"BQ": 128}),
