@@ -25,6 +25,13 @@ def _tables():
     """NumPy implementations, built on first use (importing NumPy costs start-up time)."""
     import numpy as np
 
+    def _one_hot(idx, n):
+        """Rows of np.eye(n) at idx, and a row of zeros for an index outside [0, n): the verifier's model
+        of one_hot (argus.analysis.reference_terms), decided so; numpy's eye indexing would wrap a
+        negative index to the last columns and raise past n."""
+        idx = np.asarray(idx, dtype=np.int64)
+        return (idx[..., None] == np.arange(int(n))).astype(np.float64)
+
     def _softmax(x, axis=-1):
         # a row with no unmasked entry is undefined (NaN), as it is for the kernel
         with np.errstate(invalid="ignore"):
@@ -69,7 +76,7 @@ def _tables():
         "softmax": _softmax, "topk": _topk, "silu": _silu, "take_along_axis": np.take_along_axis,
         "repeat": np.repeat, "einsum": np.einsum, "causal_mask": _causal_mask, "triu": np.triu,
         "tril": np.tril, "matmul": np.matmul, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-        "one_hot": lambda idx, n: np.eye(int(n))[np.asarray(idx, dtype=np.int64)],
+        "one_hot": _one_hot,
         "float": float, "int": int, "expert_of_rows": _expert_of_rows, "erf": _erf, "gelu": _gelu,
         "argmax": np.argmax,
     }
