@@ -185,8 +185,7 @@ class ReferenceTerms:
             if isinstance(a, Arr) or isinstance(b, Arr):
                 arrs = [self.arr(a), self.arr(b)]
                 # a positional predicate only when both sides are masks (on integers & is bitwise)
-                masks = all(x.value is not None and _is_bool(x.value(tuple(z3.Int(f"_p{k}") for k in range(x.ndim))))
-                            for x in arrs)
+                masks = all(_is_mask(x) for x in arrs)
                 if masks:
                     return self.pointwise(name, arrs, lambda x, y: f(T.zb(x), T.zb(y)))
                 gated = self._mask_and_data(arrs) if e.op == "&" else None
@@ -480,9 +479,7 @@ class ReferenceTerms:
         the other a condition on data: false wherever the mask is, the data condition elsewhere -- the
         executor's rule for the same `&` in a kernel (argus.analysis.tiles), so both sides agree that
         the mask's tensor is read as a value, not as data."""
-        def is_mask(x):
-            return x.value is not None and _is_bool(x.value(tuple(z3.Int(f"_p{k}") for k in range(x.ndim))))
-        kinds = [is_mask(x) for x in arrs]
+        kinds = [_is_mask(x) for x in arrs]
         if kinds.count(True) != 1 or any(x.value is not None for x, m in zip(arrs, kinds) if not m):
             return None
         mask, data = (arrs[0], arrs[1]) if kinds[0] else (arrs[1], arrs[0])
@@ -725,6 +722,11 @@ def _num(v):
     if isinstance(v, tuple):
         raise NotAnalysable("a comparison of scalar arguments")
     return as_int(v) if not isinstance(v, float) else v
+
+
+def _is_mask(x: Arr) -> bool:
+    """A predicate whose value is known (positions, an integer tensor's contents), not data."""
+    return x.value is not None and _is_bool(x.value(tuple(z3.Int(f"_p{k}") for k in range(x.ndim))))
 
 
 def _is_bool(v) -> bool:

@@ -368,4 +368,3 @@ def check_split(s: z3.Solver, assumptions: list | None = None, limit: int = 256,
         if r == z3.unknown:
             result = z3.unknown
     return result
-
