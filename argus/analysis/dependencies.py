@@ -17,7 +17,7 @@ from __future__ import annotations
 import z3
 
 from argus.analysis import terms as T
-from argus.analysis.solving import solve
+from argus.analysis.solving import linear, solve
 
 UNWRITTEN = "<unwritten>"  # pseudo-tensor: shared memory no copy wrote
 
@@ -29,38 +29,92 @@ class Dependencies:
         self._under: dict = {}
 
     # ---- exact ----
-    def exact(self, t: T.Term, tensor: str, positions: frozenset) -> object:
-        key = (id(t), tensor, positions)
+    def exact(self, t: T.Term, tensor: str, positions: frozenset, skip: frozenset = frozenset()) -> object:
+        """`skip`: atoms (by id) that count as not reading `tensor` (a reduction's pinned members, whose
+        part of the existential is already written out)."""
+        key = (id(t), tensor, positions, skip)
         hit = self._exact.get(key)
         if hit is not None:
             return hit[0]
-        out = self._exact_node(t, tensor, positions)
+        out = self._exact_node(t, tensor, positions, skip)
         self._exact[key] = (out, t)
         return out
 
-    def _exact_node(self, t: T.Term, tensor: str, positions: frozenset):
+    def _exact_node(self, t: T.Term, tensor: str, positions: frozenset, skip: frozenset = frozenset()):
         if isinstance(t, T.Atom):
-            if t.tensor != tensor:
+            if t.tensor != tensor or id(t) in skip:
                 return False
             c = self.cvars[tensor]
             return T.b_and(t.live, t.inside, *[t.coords[p] == c[p] for p in sorted(positions)])
         if isinstance(t, T.Lit):
             return T.b_and(t.uninit, t.live) if tensor == UNWRITTEN else False
         if isinstance(t, T.Op):
-            return T.b_and(t.live, T.b_or(*[self.exact(a, tensor, positions) for a in t.args]))
+            return T.b_and(t.live, T.b_or(*[self.exact(a, tensor, positions, skip) for a in t.args]))
         if isinstance(t, T.Sel):
-            return T.b_and(t.live, T.b_or(T.b_and(t.cond, self.exact(t.a, tensor, positions)),
-                                          T.b_and(T.b_not(t.cond), self.exact(t.b, tensor, positions))))
+            return T.b_and(t.live, T.b_or(T.b_and(t.cond, self.exact(t.a, tensor, positions, skip)),
+                                          T.b_and(T.b_not(t.cond), self.exact(t.b, tensor, positions, skip))))
         if isinstance(t, T.Red):
-            inner = T.b_and(t.domain, self.exact(t.body, tensor, positions))
+            inner = T.b_and(t.domain, self.exact(t.body, tensor, positions, skip))
             if inner is False or not t.vars:
                 return T.b_and(t.live, inner)
             if isinstance(inner, bool):
                 inner = T.zb(inner)
-            return T.b_and(t.live, z3.Exists(list(t.vars), inner))
+            members, pinned = self._pinned_members(t, tensor, positions, skip)
+            if not members:
+                return T.b_and(t.live, z3.Exists(list(t.vars), inner))
+            # the body holds through a pinned atom only at that atom's member; through any other atom
+            # for some member (the predicate is monotone in its atoms: setting the pinned ones false
+            # leaves exactly the other paths)
+            parts = [z3.substitute(inner, *m) for m in members]
+            rest = T.b_and(t.domain, self.exact(t.body, tensor, positions, skip | pinned))
+            if rest is not False:
+                parts.append(z3.Exists(list(t.vars), T.zb(rest)) if not isinstance(rest, bool) else T.zb(rest))
+            return T.b_and(t.live, T.b_or(*parts))
         if isinstance(t, T.Opaque):
             raise T.OpaqueTerm(t)
         raise TypeError(type(t).__name__)
+
+    def _pinned_members(self, r: T.Red, tensor: str, positions: frozenset, skip: frozenset) -> tuple[list, frozenset]:
+        """The reduction's existential written out where it can be, exactly: every way r's body depends
+        on tensor[c] goes through an atom whose predicate includes coords[p] == c[p], so an atom whose
+        coordinates are unit-coefficient linear in r's variables and pin all of them is reached by one
+        member only (the one its equations solve to). Returns the substitutions of those members and the
+        atoms they pin; the other atoms keep the quantifier. (Z3 eliminates a range of 2048 columns as
+        2048 disjuncts.)"""
+        if tensor == UNWRITTEN:
+            return [], frozenset()
+        c = self.cvars[tensor]
+        nested = _bound_below(r.body)
+        out, seen, pinned = [], set(), set()
+        for atom in _atoms(r.body, tensor):
+            if id(atom) in skip:
+                continue
+            eqs = [(T.zi(atom.coords[p]), c[p]) for p in sorted(positions)]
+            if any(T.mentions(x, nested) for x, _ in eqs):
+                continue
+            sol: dict = {}
+            progress, ok = True, True
+            while ok and progress and len(sol) < len(r.vars):
+                progress = False
+                for lhs, rhs in eqs:
+                    lhs = z3.substitute(lhs, *sol.items()) if sol else lhs
+                    free = [v for v in r.vars if v not in sol and T.mentions(lhs, {v.decl().name()})]
+                    if len(free) != 1:
+                        continue
+                    lin = linear(lhs, free[0])
+                    if lin is None or lin[1] not in (1, -1):
+                        ok = False
+                        break
+                    sol[free[0]] = z3.simplify((rhs - lin[0]) * lin[1])
+                    progress = True
+            if not ok or len(sol) < len(r.vars):
+                continue
+            pinned.add(id(atom))
+            key = tuple(z3.simplify(sol[v]).get_id() for v in r.vars)
+            if key not in seen:
+                seen.add(key)
+                out.append([(v, sol[v]) for v in r.vars])
+        return out, frozenset(pinned)
 
     # ---- quantifier-free under-approximation ----
     def under(self, t: T.Term, tensor: str, positions: frozenset, hints: tuple = ()) -> object:

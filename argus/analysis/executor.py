@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import z3
 
 from argus.analysis import terms as T
+from argus.analysis.carried import prefetch_slice, written_tensors
 from argus.analysis.periodicity import loop_shapes
 from argus.analysis.ring import DryAbort, RingRules
 from argus.analysis.symbolic import Context, Evaluator, Unsupported, as_int, simplify_int, solver, to_bool
@@ -244,19 +245,7 @@ class Executor(TileRules, RingRules):
     def exec_stmt(self, s: ir.Stmt) -> Iterator[None]:
         self.pos += 1
         if isinstance(s, ir.Let):
-            self.reading_layout = s.layout  # shared memory read into this tile is read in its layout
-            try:
-                self.agent.env[s.name] = self.value(s.value)
-            finally:
-                self.reading_layout = None
-            if isinstance(s.value, ir.Load) and not isinstance(s.value.type, TileT):
-                # a scalar read from a tensor keeps its origin (tensor and coordinates) as tags
-                self.agent.env[f"{s.name}#tags"] = self.scalar_load_tags(s.value)
-            elif (tags := self.scalar_tags(s.value)) is not None:
-                # a scalar computed from such reads (`n = max(load(len[r]), 1)`) keeps their origins
-                self.agent.env[f"{s.name}#tags"] = tags
-            else:
-                self.agent.env.pop(f"{s.name}#tags", None)
+            self.let(s)
         elif isinstance(s, ir.AllocShared):
             self.buffers[s.name] = s
         elif isinstance(s, ir.AllocBarrier):
@@ -335,6 +324,21 @@ class Executor(TileRules, RingRules):
         else:
             raise Unsupported(f"{type(s).__name__}", s.span)
 
+    def let(self, s: ir.Let) -> None:
+        self.reading_layout = s.layout  # shared memory read into this tile is read in its layout
+        try:
+            self.agent.env[s.name] = self.value(s.value)
+        finally:
+            self.reading_layout = None
+        if isinstance(s.value, ir.Load) and not isinstance(s.value.type, TileT):
+            # a scalar read from a tensor keeps its origin (tensor and coordinates) as tags
+            self.agent.env[f"{s.name}#tags"] = self.scalar_load_tags(s.value)
+        elif (tags := self.scalar_tags(s.value)) is not None:
+            # a scalar computed from such reads (`n = max(load(len[r]), 1)`) keeps their origins
+            self.agent.env[f"{s.name}#tags"] = tags
+        else:
+            self.agent.env.pop(f"{s.name}#tags", None)
+
     def merge_scalar_if(self, s: ir.If, c) -> bool:
         """An `if` whose branches only assign integer scalars is a select, not a fork: `off = off + 64`
         under seven conditions is one path, not 128."""
@@ -384,7 +388,7 @@ class Executor(TileRules, RingRules):
             self.trace.unknowns.extend(Unknown(c, s.span, "async copies are in flight when the tile loop starts; "
                                                "the tile-loop abstraction needs none") for c in TRACE_CHECKS)
         self.stale_records(s)
-        self.carried_across_tiles([(self.agent, s)], s.span)
+        self.carry_into_tile(s, t, as_int(b), as_int(g))
         for k, tile in enumerate((t, t + as_int(g))):
             if k == 1 and not self.decide(tile < as_int(n), s.span):
                 break
@@ -397,21 +401,35 @@ class Executor(TileRules, RingRules):
                                            for c in TRACE_CHECKS)
         self.steps.pop(s.var, None)
 
+    def carry_into_tile(self, s: ir.For, t, b, g) -> None:
+        """The values tile t starts from. Values the body reads before assigning them come from the tile
+        before: when they are a pure function of that tile (argus/analysis/carried.py, the prefetch
+        induction), a later tile t >= b + G runs that function at t - G first, and the first tile t = b
+        starts from the values before the loop: both exact, a fork. Otherwise only the first tile is
+        exact: t is pinned to b (so a violation found is real) and later tiles are unknown."""
+        names = sorted(n for n in read_before_assigned(s.body) if n in self.agent.env)
+        if not names:
+            return
+        defining = prefetch_slice(s.body, names, written_tensors(self.k))
+        if isinstance(defining, str):
+            self.trace.unknowns.extend(Unknown(c, s.span, f"a register value ({', '.join(names)}) is carried across "
+                                               f"the tiles of a persistent loop and is not a function of the tile "
+                                               f"before ({defining}); only a block's first two tiles are modelled")
+                                       for c in TRACE_CHECKS)
+            self.path.append(t == b)
+            return
+        if self.decide(t == b, s.span):
+            return
+        self.path.append(t >= b + g)
+        self.agent.env[s.var] = t - g
+        self.steps[s.var] = t - g
+        for st in defining:
+            self.let(st)
+
     def carried_unknown(self, names, span) -> None:
         self.trace.unknowns.extend(Unknown(c, span, f"a register value ({', '.join(names)}) is carried across the "
                                            "tiles of a persistent loop; only a block's first two tiles are "
                                            "modelled") for c in TRACE_CHECKS)
-
-    def carried_across_tiles(self, loops, span) -> bool:
-        """Register values a tile-loop body reads before assigning them, defined before the loop: a
-        block's later tiles start from what its earlier tiles left (an accumulator zeroed once, before
-        the loop). The arbitrary tile t runs from the loop-entry values (exact for the block's first
-        tile) and the next tile t + G from t's (exact for the second); later tiles are not modelled,
-        so such a loop is unknown where the two tiles do not already show a violation."""
-        names = sorted({n for agent, loop in loops for n in read_before_assigned(loop.body) if n in agent.env})
-        if names:
-            self.carried_unknown(names, span)
-        return bool(names)
 
     def quiescent(self) -> bool:
         pending = any(b.pending for bars in self.barriers.values() for b in bars)

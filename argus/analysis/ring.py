@@ -166,7 +166,7 @@ class RingRules:
         self.stale_records(lp)
         self.stale_records(lc)
         # integer registers carried from tile to tile are candidate ring counters (c = c0 + Q); any
-        # other carried value is unknown past a block's first two tiles (carried_across_tiles)
+        # other carried value is unknown past a block's first two tiles (carry_into_tile)
         counters, others = [], []
         for agent, loop in ((prod, lp), (cons, lc)):
             for name in sorted(read_before_assigned(loop.body)):
@@ -177,7 +177,10 @@ class RingRules:
                 elif name in agent.env:
                     others.append(name)
         if others:
+            # tile t runs from the loop-entry values, exact only for the block's first tile: pin it there,
+            # so a violation the two tiles show is real (later tiles are unknown)
             self.carried_unknown(others, lp.span)
+            self.path.append(t == as_int(b))
         # the next tile only matters for shared memory outside the ring (the protocol orders the ring's
         # stages across tiles): run it when a tile touches such memory, or a value is carried
         other = any(isinstance(x, ir.Ref) and x.space == "shared" and x.base not in plan.buffers

@@ -21,7 +21,7 @@ from argus.analysis.symbolic import SOLVER_TIMEOUT_MS, budget, solver
 from argus.analysis.terms import zi
 
 
-def _linear(e: z3.ArithRef, v: z3.ArithRef) -> tuple[z3.ArithRef, int] | None:
+def linear(e: z3.ArithRef, v: z3.ArithRef) -> tuple[z3.ArithRef, int] | None:
     """e = c0 + a * v with integer a and c0 free of v, or None."""
     e = zi(e)
     c0 = z3.simplify(z3.substitute(e, (v, z3.IntVal(0))))
@@ -70,7 +70,7 @@ def solve(equations: list[tuple[object, object]], bound: tuple, ranges: dict | N
                 continue
             if len(free) == 1:
                 v = free[0]
-                lin = _linear(lhs_s, v)
+                lin = linear(lhs_s, v)
                 if lin is not None and lin[1] != 0:
                     c0, a = lin
                     sol[v] = z3.simplify((rhs - c0) / a) if a not in (1, -1) else z3.simplify((rhs - c0) * a)
@@ -82,7 +82,7 @@ def solve(equations: list[tuple[object, object]], bound: tuple, ranges: dict | N
                     progress = True
                 continue
             # a * v1 + v2 (+ c0) with v2 in [0, a): v1 = (rhs - c0) div a, v2 = (rhs - c0) mod a
-            lins = [(_linear(lhs_s, v), v) for v in free]
+            lins = [(linear(lhs_s, v), v) for v in free]
             if len(free) == 2 and all(lin is not None for lin, _ in lins):
                 (l1, v1), (l2, v2) = sorted(lins, key=lambda p: -abs(p[0][1]))
                 a1, a2 = l1[1], l2[1]
@@ -109,7 +109,7 @@ def _unify(lhs, rhs, v):
         return None
     for a, b in zip(lhs.children(), rhs.children()):
         if _mentions_var(a, v):
-            lin = _linear(a, v)
+            lin = linear(a, v)
             if lin is not None and lin[1] in (1, -1):
                 return z3.simplify((b - lin[0]) * lin[1])
             return _unify(a, b, v)
