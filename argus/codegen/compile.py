@@ -148,4 +148,17 @@ def build(
                          defer_wgmma=defer_wgmma, blocks_per_sm=1, uniform_select=uniform_select,
                          bulk_store=bulk_store, release_lag=release_lag)
         raise to_argus_error(e, kernel, gen) from None
-    return Built(kernel, gen, dataclasses.replace(result, name=gen.name))
+    built = Built(kernel, gen, dataclasses.replace(result, name=gen.name))
+    if blocks_per_sm is None and want == "cubin" and f"({kernel.threads}, 2)" in gen.source and _spills(built):
+        # two blocks per SM capped registers and ptxas spilled: a block with the registers it needs beats
+        # two that go through local memory (a memory-bound row kernel keeps its rows in registers)
+        one = build(kernel, arch=arch, want=want, path=path, cache=cache, isolate=isolate, options=options,
+                    defer_wgmma=defer_wgmma, blocks_per_sm=1, uniform_select=uniform_select,
+                    bulk_store=bulk_store, release_lag=release_lag)
+        if not _spills(one):
+            return one
+    return built
+
+
+def _spills(b: Built) -> bool:
+    return any(r.spills for r in b.resources.values())

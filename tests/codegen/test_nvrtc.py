@@ -340,3 +340,36 @@ def test_emit_cuda_writes_the_source_when_it_does_not_compile(tmp_path, monkeypa
     with pytest.raises(ArgusError):
         artefact.build_command("examples/rmsnorm.arg", [k], emit="cuda", output=str(out))
     assert "rmsnorm" in out.read_text()
+
+
+SPILLS_AT_TWO_BLOCKS = """
+kernel rows(X: bf16[M, N], W: bf16[N], B: bf16[N], Y: bf16[M, N]):
+    param BN = 8192
+    launch grid=(min(M, 264),), threads=512
+    assume(N <= BN)
+    cols = arange(BN)
+    w = cast(load(W[0 : +BN]), f32)
+    b = cast(load(B[0 : +BN]), f32)
+    xn = load(X[block_id(0) : +1, 0 : +BN])
+    for r in persistent(M):
+        x = cast(xn, f32)
+        xn = load(X[r + num_blocks(0) : +1, 0 : +BN])
+        mean = sum(x, axis=1) * (1.0 / N)
+        xc = select(cols[None, :] < N, x - mean[:, None], 0.0)
+        store(Y[r : +1, 0 : +BN], cast(xc * rsqrt(sum(xc * xc, axis=1) + 1.0)[:, None] * w[None, :] + b[None, :], bf16))
+reference:
+    Y = X
+"""
+
+
+def test_a_build_that_spills_at_two_blocks_per_sm_takes_one() -> None:
+    """__launch_bounds__(512, 2) caps this kernel at 64 registers and ptxas spills; the build keeps the
+    (512, 1) variant, which has the registers it needs."""
+    from argus.codegen.compile import build
+    from argus.ir.build import build_source
+
+    built = build(build_source(SPILLS_AT_TWO_BLOCKS), arch="sm_90a")
+    assert "__launch_bounds__(512, 1)" in built.generated.source
+    assert not any(r.spills for r in built.resources.values())
+    forced = build(build_source(SPILLS_AT_TWO_BLOCKS), arch="sm_90a", blocks_per_sm=2)
+    assert any(r.spills for r in forced.resources.values())
