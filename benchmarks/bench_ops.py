@@ -119,6 +119,17 @@ def _row_params(n: int, wide_from: int | None = None) -> dict:
     return {"BN": bn, "THREADS": max(32, min(1024, bn // per))}
 
 
+LOOPED_FROM = 4096  # RMSNorm rows from here: two passes over column steps (rmsnorm_looped)
+
+
+def _looped_params(n: int) -> dict:
+    """rmsnorm_looped's steps: 1024 columns on 128 threads up to 4096 columns, then 2048 on 256 (H200
+    2026-12-03 08:22 UTC, benchmarks/probes/results/ops_looped_variants_2026-12-03.md: 16384x4096 81% of
+    copy vs 66% for the whole row in registers, 8192x8192 79% vs 69%)."""
+    bn = 1 << (n - 1).bit_length()
+    return {"BN": bn, "BC": 1024, "THREADS": 128} if bn <= 4096 else {"BN": bn, "BC": 2048, "THREADS": 256}
+
+
 WIDE_FROM = {"softmax": 2048, "layernorm": 8192}  # the ops whose long rows run better at 16 elements a thread
 LONG_SOFTMAX = 32768  # past this the row does not fit one block's registers: two kernels (stats, normalize)
 
@@ -163,8 +174,12 @@ def norm_case(which: str, m: int, n: int) -> Case:
     import torch
     import torch.nn.functional as F
 
-    params = _row_params(n, WIDE_FROM.get(which))
-    k = kernel(f"{which}.arg", which, **params)
+    if which == "rmsnorm" and n >= LOOPED_FROM:
+        params = _looped_params(n)
+        k = kernel("rmsnorm.arg", "rmsnorm_looped", **params)
+    else:
+        params = _row_params(n, WIDE_FROM.get(which))
+        k = kernel(f"{which}.arg", which, **params)
     eps = 1e-6 if which == "rmsnorm" else 1e-5
 
     def make():

@@ -3,8 +3,9 @@
 
     python3 benchmarks/probes/ops_variants.py --ops layernorm,rmsnorm,softmax --json $OUT/v.json --md $OUT/v.md
 
-Per op and shape: every variant (block rows BM, the row tile BN, THREADS; for softmax rows longer than a
-block also the two-kernel path softmax_stats + softmax_normalize at several tiles) is checked against
+Per op and shape: every variant (block rows BM, the row tile BN, THREADS; RMSNorm's two-pass
+`rmsnorm_looped` at several BC and THREADS; for softmax rows longer than a block also the two-kernel
+path softmax_stats + softmax_normalize at several tiles) is checked against
 float64 like bench_ops.py (a wrong variant is reported and not timed), then all correct variants and torch
 eager are timed interleaved in one process (median of --iters, input sets rotated past the L2). GB/s counts
 the bytes the op must move; "of copy" divides by a 1 GiB device-to-device copy measured in the same run.
@@ -45,6 +46,15 @@ def row_variants(n: int, long_ok: bool) -> list[dict]:
     return out
 
 
+def looped_variants(n: int) -> list[dict]:
+    """RMSNorm's two-pass kernel (`rmsnorm_looped`): BC columns per step, 4-16 elements per thread. (A
+    LayerNorm of the same shape, one shifted statistics pass then the output pass, measured 50-52% of copy
+    on 2026-12-03 08:29, no better than the whole-row kernel: results/ops_layernorm_shifted_2026-12-03.md.)"""
+    bn = 1 << (n - 1).bit_length()
+    return [{"BN": bn, "BC": bc, "THREADS": t} for bc in (1024, 2048, 4096) for t in (128, 256, 512)
+            if bc < bn and 4 <= bc // t <= 16]
+
+
 def _label(p: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in p.items())
 
@@ -78,6 +88,9 @@ def norm_variants(which: str, m: int, n: int):
     for p in row_variants(n, True):
         k = B.kernel(f"{which}.arg", which, **p)
         variants.append((_label(p), lambda s, k=k: k.prepare(**s)))
+    for p in looped_variants(n) if which == "rmsnorm" else ():
+        k = B.kernel("rmsnorm.arg", "rmsnorm_looped", **p)
+        variants.append(("looped " + _label(p), lambda s, k=k: k.prepare(**s)))
     return make, ref, torch_fn, variants
 
 
@@ -161,6 +174,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", default="layernorm,rmsnorm,softmax")
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--min-cols", type=int, default=0, help="only the shapes with at least this many columns")
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "/tmp"), "ops_variants.json"))
     ap.add_argument("--md", default=os.path.join(os.environ.get("OUT", "/tmp"), "ops_variants.md"))
     args = ap.parse_args()
@@ -168,7 +182,7 @@ def main() -> int:
     print(f"copy bandwidth {copy:.0f} GB/s", flush=True)
     rows = []
     for op in [o for o in args.ops.split(",") if o]:
-        for shape in SHAPES[op]:
+        for shape in [sh for sh in SHAPES[op] if sh[1] >= args.min_cols]:
             t0 = time.time()
             rows += run_shape(op, shape, args.iters, copy)
             print(f"[{op}] {shape}: {time.time() - t0:.0f}s", flush=True)

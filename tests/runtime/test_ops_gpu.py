@@ -110,6 +110,9 @@ CASES = [
     ("rmsnorm.arg", "rmsnorm", {"BM": 4, "BN": 256, "THREADS": 64}, {"M": 10, "N": 200}),
     ("layernorm.arg", "layernorm", {}, {"M": 37, "N": 1000}),
     ("layernorm.arg", "layernorm", {"BN": 8192, "THREADS": 1024}, {"M": 3, "N": 8000}),
+    # the two-pass RMSNorm over column steps: rows shorter than BN, not multiples of BC
+    ("rmsnorm.arg", "rmsnorm_looped", {}, {"M": 37, "N": 8000}),
+    ("rmsnorm.arg", "rmsnorm_looped", {"BN": 4096, "BC": 1024, "THREADS": 128}, {"M": 5, "N": 3001}),
     ("transpose.arg", "transpose", {}, {"M": 1000, "N": 333}),
     ("transpose.arg", "transpose", {}, {"M": 4099, "N": 17}),
     ("rope.arg", "rope", {}, {"B": 2, "S": 45, "H": 3, "D": 128, "D2": 64}),
