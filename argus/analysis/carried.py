@@ -21,13 +21,28 @@ def _reads(e: ir.Expr) -> set[str]:
     return {x.name for x in walk(e) if isinstance(x, ir.Var)}
 
 
+def _guard(st: ir.Stmt) -> bool:
+    """An `if` whose branches only assign (`if t + G < M: xn = load(...)`, a guarded prefetch)."""
+    return isinstance(st, ir.If) and all(isinstance(x, ir.Let) for x in (*st.then, *st.orelse))
+
+
 def _nested_lets(body) -> set[str]:
-    """Names assigned inside a branch, loop or role of the body (conditionally or repeatedly)."""
+    """Names assigned inside a loop, a role or a branch of the body other than a guard's."""
     out: set[str] = set()
     for st in body:
-        if isinstance(st, ir.Let):
+        if isinstance(st, ir.Let) or _guard(st):
             continue
         out.update(x.name for x in walk(st) if isinstance(x, ir.Let))
+    return out
+
+
+def _guard_reads(st: ir.If) -> set[str]:
+    out = _reads(st.cond)
+    for branch in (st.then, st.orelse):
+        local: set[str] = set()
+        for x in branch:
+            out |= _reads(x.value) - local
+            local.add(x.name)
     return out
 
 
@@ -40,26 +55,28 @@ def written_tensors(kernel: ir.Kernel) -> set[str]:
     return out
 
 
-def prefetch_slice(body, names, written: set[str]) -> tuple[ir.Let, ...] | str:
-    """The top-level Lets of a tile-loop body that define the final values of the carried `names`, in
-    program order; or why the values are not a pure function of the tile (a reason, for an unknown)."""
+def prefetch_slice(body, names, written: set[str]) -> tuple[ir.Stmt, ...] | str:
+    """The top-level statements of a tile-loop body that define the final values of the carried `names`,
+    in program order (Lets, and guards: an `if` of Lets, which the executor must show takes a branch that
+    assigns them); or why the values are not a pure function of the tile (a reason, for an unknown)."""
     body = tuple(body)
     nested = _nested_lets(body)
     top: dict[str, list[int]] = {}
     for i, st in enumerate(body):
-        if isinstance(st, ir.Let):
-            top.setdefault(st.name, []).append(i)
+        for x in (st,) if isinstance(st, ir.Let) else (*st.then, *st.orelse) if _guard(st) else ():
+            if i not in top.setdefault(x.name, []):
+                top[x.name].append(i)
     assigned = set(top) | nested
     chosen: set[int] = set()
     work: list[tuple[str, int]] = []
     for n in sorted(names):
         if n in nested or n not in top:
-            return f"{n} is assigned inside a branch or loop of the tile body"
+            return f"{n} is assigned inside a loop or branch of the tile body"
         work.append((n, len(body)))
     while work:
         name, before = work.pop()
         if name in nested:
-            return f"{name} is assigned inside a branch or loop of the tile body"
+            return f"{name} is assigned inside a loop or branch of the tile body"
         earlier = [i for i in top.get(name, ()) if i < before]
         if not earlier:
             if name in assigned:
@@ -69,11 +86,14 @@ def prefetch_slice(body, names, written: set[str]) -> tuple[ir.Let, ...] | str:
         if i in chosen:
             continue
         chosen.add(i)
-        let = body[i]
-        for x in walk(let.value):
-            if isinstance(x, ir.Ref) and x.space == "shared":
-                return f"{let.name} reads shared memory ({x.base})"
-            if isinstance(x, ir.Ref) and x.base in written:
-                return f"{let.name} reads {x.base}, which the kernel writes"
-        work.extend((v, i) for v in _reads(let.value))
+        st = body[i]
+        values = (st.value,) if isinstance(st, ir.Let) else (st.cond, *[x.value for x in (*st.then, *st.orelse)])
+        for v in values:
+            for x in walk(v):
+                if isinstance(x, ir.Ref) and x.space == "shared":
+                    return f"{name} reads shared memory ({x.base})"
+                if isinstance(x, ir.Ref) and x.base in written:
+                    return f"{name} reads {x.base}, which the kernel writes"
+        reads = _reads(st.value) if isinstance(st, ir.Let) else _guard_reads(st)
+        work.extend((v, i) for v in reads)
     return tuple(body[i] for i in sorted(chosen))

@@ -424,7 +424,16 @@ class Executor(TileRules, RingRules):
         self.agent.env[s.var] = t - g
         self.steps[s.var] = t - g
         for st in defining:
-            self.let(st)
+            if isinstance(st, ir.Let):
+                self.let(st)
+                continue
+            taken = self.decide(self.scalar(st.cond), st.span)
+            branch, other = (st.then, st.orelse) if taken else (st.orelse, st.then)
+            if {x.name for x in other} - {x.name for x in branch}:
+                raise Unsupported("a guarded prefetch whose guard may skip the load at a tile the block runs "
+                                  "before another: the next tile would start from an older value", st.span)
+            for x in branch:
+                self.let(x)
 
     def carried_unknown(self, names, span) -> None:
         self.trace.unknowns.extend(Unknown(c, span, f"a register value ({', '.join(names)}) is carried across the "
