@@ -412,10 +412,7 @@ class Executor(TileRules, RingRules):
             return
         defining = prefetch_slice(s.body, names, written_tensors(self.k))
         if isinstance(defining, str):
-            self.trace.unknowns.extend(Unknown(c, s.span, f"a register value ({', '.join(names)}) is carried across "
-                                               f"the tiles of a persistent loop and is not a function of the tile "
-                                               f"before ({defining}); only a block's first two tiles are modelled")
-                                       for c in TRACE_CHECKS)
+            self.carried_unknown(names, s.span, f" and is not a function of the tile before ({defining})")
             self.path.append(t == b)
             return
         if self.decide(t == b, s.span):
@@ -435,9 +432,9 @@ class Executor(TileRules, RingRules):
             for x in branch:
                 self.let(x)
 
-    def carried_unknown(self, names, span) -> None:
+    def carried_unknown(self, names, span, why: str = "") -> None:
         self.trace.unknowns.extend(Unknown(c, span, f"a register value ({', '.join(names)}) is carried across the "
-                                           "tiles of a persistent loop; only a block's first two tiles are "
+                                           f"tiles of a persistent loop{why}; only a block's first two tiles are "
                                            "modelled") for c in TRACE_CHECKS)
 
     def quiescent(self) -> bool:

@@ -424,11 +424,10 @@ class ReferenceContract:
         # (a numerator and its denominator) are summed separately
         for group in chain_groups(ker, chains):
             members = [m for cid in group for m in flatten_chain(chains[cid])]
-            # per-position accumulators summed afterwards, step by step (the members not in `members`): for
-            # the phantom obligation only
+            # per-position accumulators summed afterwards, step by step: for the phantom obligation only
             # (pairing a step's term with the reference's would reject algebraic rewrites such as a
             # variance shifted by the row's first element, whose members multiply X[r, 0])
-            stepwise = [m for cid in group for m in flatten_chain(chains[cid], steps=True)]
+            stepwise = [m for cid in group for m in accumulator_steps(chains[cid])]
             # a member must sum what some reference sum sums at the same index (with several sums, as in
             # s[:, None] - s[None, :], a member pairs with the one it computes, not with every one)
             pairing: dict = {}
@@ -444,8 +443,7 @@ class ReferenceContract:
                     hit = direct_index(m, tensors)
                     if hit is not None:
                         matched.append((m, hit))
-                steps = [(m, hit) for m in stepwise if not any(m is y for y in members) and
-                         (hit := direct_index(m, tensors)) is not None]
+                steps = [(m, hit) for m in stepwise if (hit := direct_index(m, tensors)) is not None]
                 phantoms.extend(_phantoms(steps, keys, f"{self.count}_{ri}s"))
                 if len(matched) < 1:
                     continue
@@ -748,20 +746,23 @@ def _atoms_of(t: T.Term, tensor: str) -> list[T.Atom]:
     return _atoms(t, tensor)
 
 
-def flatten_chain(entries: list[T.Red], steps: bool = False) -> list[T.Red]:
-    """The members of one accumulator: mma steps, and for `acc + x` entries, x's own sum if it is one.
-    With `steps`: a sum over positions of a per-position accumulator (`acc = acc + x_j` over an unrolled
-    loop, then `sum(acc, axis=1)`) is the sum of its steps' sums, each step's term a member over the
-    positions, so a step whose term is live outside its input (0 - shift in a tail) is a phantom."""
+def flatten_chain(entries: list[T.Red]) -> list[T.Red]:
+    """The members of one accumulator: mma steps, and for `acc + x` entries, x's own sum if it is one."""
     out = []
     for r in entries:
         if not r.vars and isinstance(r.body, T.Red) and r.body.kind == "sum":
             out.append(r.body)
-        elif steps and r.vars and (parts := _accumulated_steps(r.body)) is not None:
-            out.extend(T.red("sum", r.vars, r.domain, x.body, site=r.site) for x in parts)
         else:
             out.append(r)
     return out
+
+
+def accumulator_steps(entries: list[T.Red]) -> list[T.Red]:
+    """A sum over positions of a per-position accumulator (`acc = acc + x_j` over an unrolled loop, then
+    `sum(acc, axis=1)`) is the sum of its steps' sums: each step's term as a member over the positions,
+    so a step whose term is live outside its input (0 - shift in a tail) is a phantom."""
+    return [T.red("sum", r.vars, r.domain, x.body, site=r.site)
+            for r in entries if r.vars for x in _accumulated_steps(r.body) or ()]
 
 
 def _accumulated_steps(t: T.Term) -> list[T.Red] | None:
