@@ -103,15 +103,21 @@ class Kernel:
     def specialized(self, dims: dict[str, int]) -> Kernel:
         """This kernel with the params of the `specialize` statement the dims select (argus/specialize.py),
         or itself when none applies; each specialized kernel is built once."""
-        from argus.specialize import pick
+        from argus.specialize import pick, route
 
         sp = pick(self.node, self.params, dims)
         if sp is None:
             return self
-        key = tuple(sorted(sp.params.items()))
+        key = (sp.kernel, *sorted(sp.params.items()))
         cache = self.__dict__.setdefault("_specialized", {})
         if key not in cache:
-            cache[key] = self.with_params(**sp.params)
+            if sp.kernel is None:
+                cache[key] = self.with_params(**sp.params)
+            else:  # routed to another kernel of the same file (same arguments and reference, checked)
+                from argus.sources import load_source
+
+                kernels = [k.node for k in load_source(self.node.span.path).kernels]
+                cache[key] = Kernel(route(self.node, sp, kernels), sp.params, self.text)
         return cache[key]
 
     def _lowered(self) -> ir.Kernel:

@@ -195,21 +195,30 @@ def _check_one(args, src, defines: dict[str, object]) -> tuple[int, dict]:
     as Kernel.verify) checks the dims, declines loops too long to walk and turns a RecursionError into
     unknown; this whole command runs in the bounded child (see _bounded)."""
     from argus.dsl import ast
-    from argus.specialize import specializations
+    from argus.sources import load_source
+    from argus.specialize import route, specializations
 
     defines = src.defines(defines)
     params = {s.name for s in src.node.body if isinstance(s, ast.Param)}
-    # every `specialize` param set is checked too, each for all dims (the runtime may pick any of them)
-    variants = [(None, defines)] + [(sp, {**defines, **sp.params})
-                                    for sp in specializations(src.node, {k: v for k, v in defines.items()
-                                                                         if k in params})]
+    # every `specialize` param set is checked too, each for all dims (the runtime may pick any of them);
+    # a route's kernel with the route's params (its arguments and reference shown equal first)
+    variants: list = [(None, src, defines)]
+    for sp in specializations(src.node, {k: v for k, v in defines.items() if k in params}):
+        if sp.kernel is None:
+            variants.append((sp, src, {**defines, **sp.params}))
+        else:
+            sf = load_source(args.file)
+            target = route(src.node, sp, [k.node for k in sf.kernels])
+            dims = {k: v for k, v in defines.items() if k not in params}
+            variants.append((sp, sf.select(target.name), {**dims, **sp.params}))
     codes, recs = [], []
-    for sp, d in variants:
+    for sp, one, d in variants:
         if sp is not None and args.format == "text":
             print(f"{args.file}: kernel '{src.name}' {sp.describe()}")
-        code, rec = _check_params(args, src, d)
+        code, rec = _check_params(args, one, d)
         if sp is not None:
-            rec = {"specialize": {"line": sp.span.line, "params": sp.params}, **rec}
+            rec = {"specialize": {"line": sp.span.line, "params": sp.params,
+                                  **({"kernel": sp.kernel} if sp.kernel else {})}, **rec}
         codes.append(code)
         recs.append(rec)
     code = EXIT_ERROR if EXIT_ERROR in codes else EXIT_UNKNOWN if EXIT_UNKNOWN in codes else max(codes)

@@ -13,11 +13,19 @@ set and every specialization's set, each for every dims (so the choice can never
 kernel); `argus build` builds the file's params (give a specialization's with -D to build that one).
 The conditions are plain integer arithmetic on dims and params (min, max, cdiv, comparisons,
 and/or/not), evaluated here without the verifier.
+
+`specialize COND: kernel="other", P=v, ...` routes the launch to another kernel of the same file (a
+different schedule: e.g. few-row GEMMs with the operands' roles swapped), built with the params P=v
+(params of that kernel). The route is accepted only when the other kernel computes the same thing: the
+same arguments (names, dtypes, dims, defaults) and the same reference block (compared as syntax trees),
+so the choice can change speed, never the result; `argus check` verifies the other kernel with those
+params. A caller that sets params of this kernel asks for this kernel: routes are then skipped.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, is_dataclass
 
 from argus.dsl import ast
 from argus.dsl.diagnostics import Span, error
@@ -28,10 +36,12 @@ class Specialization:
     span: Span
     cond: ast.Expr
     params: dict[str, object]  # evaluated with the file's (and the caller's) params
+    kernel: str | None = None  # `kernel="name"`: routed to that kernel of the file, `params` being its own
 
     def describe(self) -> str:
         sets = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
-        return f"specialize at line {self.span.line}: {sets}"
+        to = f"kernel '{self.kernel}'" + (" with " if sets else "") if self.kernel else ""
+        return f"specialize at line {self.span.line}: {to}{sets}"
 
 
 def _eval(e: ast.Expr, env: dict[str, object]) -> object:
@@ -101,9 +111,49 @@ def specializations(node: ast.Kernel, explicit: dict[str, object] | None = None)
     for s in node.body:
         if isinstance(s, ast.Specialize):
             params = {kw.name: _value(kw.value, env, f"the value of {kw.name}") for kw in s.params}
+            target = params.pop("kernel", None)
+            if target is not None and not isinstance(target, str):
+                raise error("specialize", "kernel= names another kernel of this file, as a string", s.span,
+                            'e.g. kernel="gemm_decode"')
+            if target is not None and explicit:
+                continue  # the caller set params of this kernel: it asks for this kernel
             if not any(p in explicit for p in params):
-                out.append(Specialization(s.span, s.cond, params))
+                out.append(Specialization(s.span, s.cond, params, target))
     return out
+
+
+def _form(x: object) -> object:
+    """A syntax tree as nested tuples without source positions (two trees compare equal when they read the same)."""
+    if isinstance(x, Span):
+        return None
+    if is_dataclass(x) and not isinstance(x, type):
+        return (type(x).__name__, *(_form(getattr(x, f.name)) for f in fields(x) if not f.name.endswith("span")))
+    if isinstance(x, (tuple, list)):
+        return tuple(_form(y) for y in x)
+    return x
+
+
+def route(node: ast.Kernel, sp: Specialization, kernels: Sequence[ast.Kernel]) -> ast.Kernel:
+    """The kernel a routed specialization names, once it is shown to compute what `node` computes (same
+    arguments, same reference) and to have the params the route sets; else a located error."""
+    assert sp.kernel is not None
+    target = next((k for k in kernels if k.name == sp.kernel), None)
+    if target is None or target.name == node.name:
+        why = "is not a kernel of this file" if target is None else "is this kernel"
+        raise error("specialize", f"kernel='{sp.kernel}' {why}", sp.span,
+                    "kernels: " + ", ".join(k.name for k in kernels if k.name != node.name))
+    if _form(target.args) != _form(node.args):
+        raise error("specialize", f"kernel '{sp.kernel}' does not take the arguments '{node.name}' takes", sp.span,
+                    "a route must keep the arguments (names, dtypes, dims and defaults) as they are")
+    if node.reference is None or _form(target.reference) != _form(node.reference):
+        raise error("specialize", f"kernel '{sp.kernel}' has another reference block than '{node.name}'", sp.span,
+                    "a route may change the schedule, not the result: give both kernels the same reference")
+    declared = {s.name for s in target.body if isinstance(s, ast.Param)}
+    unknown = [p for p in sp.params if p not in declared]
+    if unknown:
+        raise error("specialize", f"the route sets '{unknown[0]}', which is not a param of kernel '{sp.kernel}'",
+                    sp.span, "params: " + (", ".join(sorted(declared)) or "none"))
+    return target
 
 
 def pick(node: ast.Kernel, explicit: dict[str, object], dims: dict[str, int]) -> Specialization | None:
@@ -118,14 +168,20 @@ def pick(node: ast.Kernel, explicit: dict[str, object], dims: dict[str, int]) ->
     return None
 
 
-def with_specialization(node: ast.Kernel, defines: dict[str, object]) -> dict[str, object]:
-    """`defines` (params and dims, as -D gives them) plus the params of the specialization its dims
-    select, when every dim the conditions read is given."""
+def with_specialization(node: ast.Kernel, defines: dict[str, object],
+                        kernels: Sequence[ast.Kernel] = ()) -> tuple[ast.Kernel, dict[str, object]]:
+    """The kernel and `defines` (params and dims, as -D gives them) that the specialization its dims select
+    makes (its params on top; a route's kernel, with the dims and its params), when every dim the
+    conditions read is given; `kernels` are the file's, for routes."""
     params = {s.name for s in node.body if isinstance(s, ast.Param)}
     explicit = {k: v for k, v in defines.items() if k in params}
     dims = {k: v for k, v in defines.items() if k not in params}
     try:
         sp = pick(node, explicit, dims)
     except KeyError:  # a dim the condition reads is not given: the file's params
-        return dict(defines)
-    return {**defines, **sp.params} if sp is not None else dict(defines)
+        return node, dict(defines)
+    if sp is None:
+        return node, dict(defines)
+    if sp.kernel is not None:
+        return route(node, sp, kernels), {**dims, **sp.params}
+    return node, {**defines, **sp.params}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 import argus
@@ -49,8 +50,8 @@ def test_a_param_the_caller_sets_is_never_overridden() -> None:
     assert pick(node, {"BR": 16}, {"R": 16, "C": 64}) is None
     assert pick(node, {"BR": 16}, {"R": 16, "C": 1000}).params == {"BC": 128}
     # -D style: params and dims together; a dim the conditions read but -D lacks: the file's params
-    assert with_specialization(node, {"R": 16, "C": 64}) == {"R": 16, "C": 64, "BR": 8, "BC": 32}
-    assert with_specialization(node, {"R": 16}) == {"R": 16}
+    assert with_specialization(node, {"R": 16, "C": 64}) == (node, {"R": 16, "C": 64, "BR": 8, "BC": 32})
+    assert with_specialization(node, {"R": 16}) == (node, {"R": 16})
 
 
 @pytest.mark.parametrize("line, message", [
@@ -120,3 +121,74 @@ def test_a_specialization_reading_a_conditional_param() -> None:
     node = _node(src)
     assert pick(node, {}, {"R": 16, "C": 64}).params == {"BR": 8, "BC": 32}
     assert pick(node, {"BR": 16}, {"R": 1000, "C": 1000}).params == {"BC": 128}  # BC = 16: 63 tiles > 4
+
+
+ROUTED = SRC.replace("    specialize cdiv(C, BC) > 4: BC=128\n",
+                     '    specialize C <= 32: kernel="scale_cols", BC=32\n') + """
+
+kernel scale_cols(X: f32[R, C], Y: f32[R, C]):
+    param BC = 64
+    launch grid=(cdiv(C, BC),), threads=128
+    c = block_id(0)
+    for r in range(R):
+        store(Y[r : +1, c * BC : +BC], load(X[r : +1, c * BC : +BC]) * 2.0)
+reference:
+    Y = X * 2
+"""
+
+
+def test_a_route_picks_another_kernel_of_the_file(tmp_path) -> None:
+    path = tmp_path / "k.arg"
+    path.write_text(ROUTED)
+    k = argus.load(path)
+    routed = k.specialized({"R": 1000, "C": 20})
+    assert routed.name == "scale_cols" and routed.params == {"BC": 32}
+    assert k.specialized({"R": 1000, "C": 1000}) is k
+    assert k.specialized({"R": 16, "C": 20}).params == {"BR": 8, "BC": 32}  # the first rule still wins
+    # a caller that sets this kernel's params asks for this kernel: the route is skipped
+    assert argus.load(path, BR=16).specialized({"R": 1000, "C": 20}).name == "scale"
+    x = np.random.default_rng(0).standard_normal((5, 20)).astype(np.float32)
+    y = np.full_like(x, np.nan)
+    routed(x, y)
+    np.testing.assert_allclose(y, 2 * x)
+
+
+def test_check_verifies_the_routed_kernel_with_the_routes_params(tmp_path, capsys) -> None:
+    path = tmp_path / "k.arg"
+    path.write_text(ROUTED)
+    assert main(["check", str(path), "--kernel", "scale", "--no-test", "--format", "json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    routed = [s for s in rec["specializations"] if "kernel" in s["specialize"]]
+    assert len(routed) == 1 and routed[0]["specialize"] == {"line": 6, "params": {"BC": 32}, "kernel": "scale_cols"}
+    assert routed[0]["kernel"] == "scale_cols" and routed[0]["status"] == "verified"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("Y = X * 2\n\"\"\"", "Y = X * 3\n\"\"\""), "has another reference block"),
+    (("kernel scale_cols(X: f32[R, C], Y: f32[R, C])", "kernel scale_cols(X: f32[R, C], Z: f32[R, C])"),
+     "does not take the arguments"),
+    (('kernel="scale_cols", BC=32', 'kernel="scale_cols", BR=32'), "'BR', which is not a param of kernel"),
+    (('kernel="scale_cols"', 'kernel="nope"'), "kernel='nope' is not a kernel of this file"),
+    (('kernel="scale_cols"', 'kernel="scale"'), "kernel='scale' is this kernel"),
+])
+def test_a_route_to_a_kernel_computing_something_else_is_refused(tmp_path, edit, message) -> None:
+    src = ROUTED
+    if edit[0].startswith("Y = X * 2"):  # the second kernel's reference only
+        head, tail = src.rsplit("Y = X * 2", 1)
+        src = head + "Y = X * 3" + tail
+    elif edit[0].startswith("kernel scale_cols"):
+        src = src.replace(edit[0], edit[1]).replace("store(Y[r", "store(Z[r")
+    else:
+        src = src.replace(*edit)
+    path = tmp_path / "k.arg"
+    path.write_text(src)
+    with pytest.raises(ArgusError) as e:
+        argus.load(path).specialized({"R": 1000, "C": 20})
+    assert message in str(e.value) and "k.arg:6:" in str(e.value)
+    assert main(["check", str(path), "--kernel", "scale", "--no-test"]) == 1
+
+
+def test_a_route_names_its_kernel_as_a_string() -> None:
+    src = ROUTED.replace('kernel="scale_cols"', "kernel=scale_cols")
+    with pytest.raises(ArgusError, match="kernel= names another kernel of this file, as a string"):
+        build_kernel(_node(src), {})

@@ -312,7 +312,8 @@ class _Checker:
 
     def specialize(self, s: ast.Specialize, top: bool) -> None:
         """`specialize COND: P=v, ...`: COND reads dims, params and literals only (the runtime evaluates it
-        from the arrays' shapes); every P is a param declared above, every v a compile-time value."""
+        from the arrays' shapes); every P is a param declared above, every v a compile-time value. With
+        `kernel="name"` the Ps are that kernel's params (argus/specialize.route checks them and the route)."""
         if not top:
             raise self.err("specialize-placement", "`specialize` belongs at the top level of the kernel body", s,
                            "put it after the params it sets")
@@ -333,8 +334,14 @@ class _Checker:
         if not s.params:
             raise self.err("specialize", "specialize needs at least one param to set", s, "e.g. `specialize M <= 128: "
                            "BM=64`")
+        routed = any(kw.name == "kernel" for kw in s.params)  # the other params are the routed kernel's
         for kw in s.params:
-            if kw.name not in self.params:
+            if kw.name == "kernel":
+                if not (isinstance(kw.value, ast.Const) and isinstance(kw.value.value, str)):
+                    raise self.err("specialize", "kernel= names another kernel of this file, as a string", kw.value,
+                                   'e.g. kernel="gemm_decode"')
+                continue
+            if kw.name not in self.params and not routed:
                 raise self.err("specialize", f"specialize sets '{kw.name}', which is not a param declared above", kw,
                                "params: " + (", ".join(self.params) or "none"))
             self.expr(kw.value)

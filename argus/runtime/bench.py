@@ -223,17 +223,20 @@ def gpu_description(device: int = 0) -> dict[str, str]:
     return info
 
 
-def _specialized_defines(file: str, defines: dict[str, object], kernel: str | None) -> dict[str, object]:
-    """-D plus the params of the kernel's `specialize` that the -D dims select (argus/specialize.py)."""
+def _specialized(file: str, defines: dict[str, object], kernel: str | None) -> tuple[str | None, dict[str, object]]:
+    """The kernel and -D that the kernel's `specialize` the -D dims select makes: its params on top, or
+    a route's kernel with its params (argus/specialize.py)."""
     from argus.dsl.diagnostics import ArgusError
     from argus.sources import load_source
     from argus.specialize import with_specialization
 
     try:
-        src = load_source(file).select(kernel)
+        sf = load_source(file)
+        src = sf.select(kernel)
     except (ArgusError, StopIteration):  # a layer, or a bad name: the build reports it
-        return defines
-    return with_specialization(src.node, src.defines(defines))
+        return kernel, defines
+    node, out = with_specialization(src.node, src.defines(defines), [k.node for k in sf.kernels])
+    return (kernel if node is src.node else node.name), out
 
 
 def run_command(file: str, defines: dict[str, object], kernel: str | None, *, bench: bool = False,
@@ -251,7 +254,8 @@ def run_command(file: str, defines: dict[str, object], kernel: str | None, *, be
         from argus.dsl.diagnostics import error
 
         raise error("no-gpu", "no CUDA GPU on this machine", None, "run in the interpreter with --interp")
-    k = moe.build_for_run(file, _specialized_defines(file, defines, kernel), kernel)  # MoE: -D T= sizes routing
+    kernel, chosen = _specialized(file, defines, kernel)
+    k = moe.build_for_run(file, chosen, kernel)  # MoE: -D T= sizes routing
     built = build(k, arch=arch or gpu_arch)
     gk = GpuKernel(built, 0)
     res = run_on_gpu(gk, defines, seed=seed, bench=bench, iters=iters)

@@ -153,7 +153,12 @@ class TorchOp:
                 outs[t.name] = torch.empty(self._shape(t, dims), dtype=torch_dtype(t.dtype.name), device=device)
         ins = {n: x.contiguous() for n, x in tensors.items() if n not in outs}
         if device.type == "cuda":
-            gk = self.kernel.gpu(device.index if device.index is not None else torch.cuda.current_device())
+            # the params (or the routed kernel) of the `specialize` the shapes select, as argus.load(...)(...)
+            try:
+                k = self.kernel.specialized({d: int(v) for d, v in dims.items()})
+            except KeyError:  # a condition reads a dim no input binds: the kernel as registered
+                k = self.kernel
+            gk = k.gpu(device.index if device.index is not None else torch.cuda.current_device())
             with torch.cuda.device(device):
                 gk(**ins, **outs, **scalars, stream=torch.cuda.current_stream(device).cuda_stream)
         elif device.type == "cpu":
