@@ -141,15 +141,17 @@ def build(
     try:
         result = compile_fn(gen.source, name=gen.name, arch=target, want=want, isolate=isolate, options=options)
     except CompileError as e:
-        if blocks_per_sm is None and "Insufficient registers" in (e.log or "") + e.message \
-                and "__launch_bounds__" in gen.source and f"({kernel.threads}, 2)" in gen.source:
+        if blocks_per_sm is None and kernel.blocks_per_sm is None \
+                and "Insufficient registers" in (e.log or "") + e.message and "__launch_bounds__" in gen.source \
+                and f"({kernel.threads}, 2)" in gen.source:
             # two blocks per SM capped registers below what an instruction needs: one block per SM
             return build(kernel, arch=arch, want=want, path=path, cache=cache, isolate=isolate, options=options,
                          defer_wgmma=defer_wgmma, blocks_per_sm=1, uniform_select=uniform_select,
                          bulk_store=bulk_store, release_lag=release_lag)
         raise to_argus_error(e, kernel, gen) from None
     built = Built(kernel, gen, dataclasses.replace(result, name=gen.name))
-    if blocks_per_sm is None and want == "cubin" and f"({kernel.threads}, 2)" in gen.source and _spills(built):
+    if blocks_per_sm is None and kernel.blocks_per_sm is None and want == "cubin" \
+            and f"({kernel.threads}, 2)" in gen.source and _spills(built):
         # two blocks per SM capped registers and ptxas spilled: a block with the registers it needs beats
         # two that go through local memory (a memory-bound row kernel keeps its rows in registers)
         one = build(kernel, arch=arch, want=want, path=path, cache=cache, isolate=isolate, options=options,

@@ -339,7 +339,16 @@ class Emitter(Expressions):
         per SM when their shared memory fits: one block's barrier and copy-issue gaps are then filled by
         the other's MMAs (it caps registers at 32768 / threads)."""
         if any(isinstance(s, ir.Role) for s in self.k.body):
+            if self.k.blocks_per_sm not in (None, 1):
+                raise unsupported(f"blocks_per_sm={self.k.blocks_per_sm} in a kernel with roles", self.k.span,
+                                  "register reallocation (setmaxnreg) needs one block per multiprocessor")
             return ", 1"
+        if self.k.blocks_per_sm is not None:  # the kernel's own launch option wins
+            if self.k.blocks_per_sm * smem > MAX_SMEM + SMEM_ALIGN:
+                raise unsupported(f"blocks_per_sm={self.k.blocks_per_sm}: {self.k.blocks_per_sm} blocks of "
+                                  f"{smem} B of shared memory do not fit a multiprocessor", self.k.span,
+                                  "lower blocks_per_sm or the shared buffers")
+            return f", {self.k.blocks_per_sm}"
         if self.blocks_per_sm is not None:
             return f", {self.blocks_per_sm}"
         if 2 * smem <= MAX_SMEM + SMEM_ALIGN and self.k.threads <= 512:

@@ -60,6 +60,7 @@ class LaunchInfo:
     threads: int
     cluster: tuple[int, ...]
     span: Span
+    blocks_per_sm: int | None = None  # `blocks_per_sm=`: the occupancy promised to ptxas (caps registers)
 
 
 @dataclass
@@ -356,9 +357,10 @@ class _Checker:
             raise self.err("duplicate-launch", "the kernel already has a launch statement", s)
         kw = {k.name: k for k in s.kwargs}
         for k in s.kwargs:
-            if k.name not in ("grid", "threads", "warpgroups", "cluster"):
+            if k.name not in ("grid", "threads", "warpgroups", "cluster", "blocks_per_sm"):
                 raise self.err("unknown-keyword", f"unknown launch option '{k.name}'", k,
-                               "launch takes grid=, threads= (or warpgroups=) and optionally cluster=")
+                               "launch takes grid=, threads= (or warpgroups=) and optionally cluster= and "
+                               "blocks_per_sm=")
         if "grid" not in kw:
             raise self.err("missing-launch", "launch needs grid=(...)", s)
         g = kw["grid"].value
@@ -385,7 +387,21 @@ class _Checker:
             cluster = tuple(self.need_const_int(e, "a cluster dimension") for e in elts)
             if math.prod(cluster) > 16 or any(x < 1 for x in cluster):
                 raise self.err("launch", "a cluster has 1..16 blocks", c)
-        self.launch = LaunchInfo(tuple(grid), threads, cluster, s.span)
+        occupancy = None
+        if "blocks_per_sm" in kw:
+            # a promise to ptxas that this many blocks share a multiprocessor: it caps registers per thread
+            # at 65536 / (blocks x threads), so more blocks' loads are in flight (memory-bound kernels);
+            # 0 leaves it to the code generator (two blocks where their shared memory fits)
+            node = kw["blocks_per_sm"].value
+            occupancy = self.need_const_int(node, "blocks_per_sm") or None
+        if occupancy is not None:
+            if not 1 <= occupancy * threads <= 2048 or occupancy > 32:
+                raise self.err("launch", f"blocks_per_sm={occupancy} with {threads} threads: a multiprocessor holds "
+                               "at most 2048 threads and 32 blocks", node)
+            elif 65536 // (occupancy * threads) < 24:
+                raise self.err("launch", f"blocks_per_sm={occupancy} with {threads} threads leaves "
+                               f"{65536 // (occupancy * threads)} registers per thread (at least 24 are needed)", node)
+        self.launch = LaunchInfo(tuple(grid), threads, cluster, s.span, occupancy)
 
     def bind(self, name: ast.Name, t: Type, node: ast.Node) -> None:
         prev = self.names.get(name.id)

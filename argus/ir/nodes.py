@@ -436,6 +436,7 @@ class Kernel:
     inputs: tuple[str, ...]
     reference: tuple[dsl_ast.Stmt, ...] | None = field(default=None, compare=False, repr=False)
     span: Span | None = field(default=None, compare=False, repr=False)
+    blocks_per_sm: int | None = None  # `launch ..., blocks_per_sm=N`: __launch_bounds__(threads, N)
 
     def tensor(self, name: str) -> TensorDecl:
         return next(t for t in self.tensors if t.name == name)

@@ -149,6 +149,7 @@ def kernel(k: ir.Kernel) -> str:
     head = [f"kernel {k.name}({args}):",
             f"    # params: {', '.join(f'{n}={v!r}' for n, v in k.params)}",
             f"    # launch grid=({', '.join(expr(g) for g in k.grid)}), threads={k.threads}"
-            + (f", cluster={k.cluster}" if k.cluster != (1,) else ""),
+            + (f", cluster={k.cluster}" if k.cluster != (1,) else "")
+            + (f", blocks_per_sm={k.blocks_per_sm}" if k.blocks_per_sm is not None else ""),
             f"    # inputs: {', '.join(k.inputs)}; outputs: {', '.join(k.outputs)}"]
     return "\n".join(head + stmts(k.body)) + "\n"

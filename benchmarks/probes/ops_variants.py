@@ -47,12 +47,18 @@ def row_variants(n: int, long_ok: bool) -> list[dict]:
 
 
 def looped_variants(n: int) -> list[dict]:
-    """RMSNorm's two-pass kernel (`rmsnorm_looped`): BC columns per step, 4-16 elements per thread. (A
-    LayerNorm of the same shape, one shifted statistics pass then the output pass, measured 50-52% of copy
-    on 2026-12-03 08:29, no better than the whole-row kernel: results/ops_layernorm_shifted_2026-12-03.md.)"""
+    """The two-pass kernels (`rmsnorm_looped`, `layernorm_looped`): BC columns per step, 4-16 elements per
+    thread, at the code generator's occupancy (OCC=0) and with full and 3/4 occupancy promised to ptxas
+    (launch blocks_per_sm=OCC caps registers). (layernorm_looped at OCC=0 measured 41-52% of copy on
+    2026-12-03 08:29 with 63 registers: results/ops_layernorm_shifted_2026-12-03.md.)"""
     bn = 1 << (n - 1).bit_length()
-    return [{"BN": bn, "BC": bc, "THREADS": t} for bc in (1024, 2048, 4096) for t in (128, 256, 512)
-            if bc < bn and 4 <= bc // t <= 16]
+    out = []
+    for bc in (1024, 2048, 4096):
+        for t in (128, 256, 512):
+            if bc < bn and 4 <= bc // t <= 16:
+                # OCC: blocks per SM promised to ptxas (0: the code generator's two); full and 3/4 occupancy
+                out += [{"BN": bn, "BC": bc, "THREADS": t, "OCC": occ} for occ in sorted({0, 2048 // t, 1536 // t})]
+    return out
 
 
 def _label(p: dict) -> str:
@@ -88,8 +94,8 @@ def norm_variants(which: str, m: int, n: int):
     for p in row_variants(n, True):
         k = B.kernel(f"{which}.arg", which, **p)
         variants.append((_label(p), lambda s, k=k: k.prepare(**s)))
-    for p in looped_variants(n) if which == "rmsnorm" else ():
-        k = B.kernel("rmsnorm.arg", "rmsnorm_looped", **p)
+    for p in looped_variants(n):
+        k = B.kernel(f"{which}.arg", f"{which}_looped", **p)
         variants.append(("looped " + _label(p), lambda s, k=k: k.prepare(**s)))
     return make, ref, torch_fn, variants
 

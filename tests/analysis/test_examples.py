@@ -89,6 +89,7 @@ def test_cli_timings(capsys):
 @pytest.mark.parametrize(("file", "name", "params"), [
     ("rmsnorm.arg", "rmsnorm", {"BN": 8192, "THREADS": 1024}),
     ("rmsnorm.arg", "rmsnorm_looped", {}),
+    ("layernorm.arg", "layernorm_looped", {}),
 ])
 def test_rows_of_thousands_of_columns_verify(file, name, params):
     """A reduction over 8192 columns is proved with its members written out (dependencies.py

@@ -42,6 +42,7 @@ CASES = [
     ("layernorm.arg", "layernorm", {"BM": 4, "BN": 256, "THREADS": 128}, {"M": 6, "N": 256}),
     # two passes over column steps (rows not multiples of BC, shorter than BN)
     ("rmsnorm.arg", "rmsnorm_looped", {"BN": 1024, "BC": 256, "THREADS": 64}, {"M": 4, "N": 700}),
+    ("layernorm.arg", "layernorm_looped", {"BN": 1024, "BC": 256, "THREADS": 64, "OCC": 8}, {"M": 4, "N": 700}),
     ("transpose.arg", "transpose", {}, {"M": 100, "N": 150}),
     ("rope.arg", "rope", {}, {"B": 2, "S": 45, "H": 3, "D": 128, "D2": 64}),
     ("rope.arg", "rope", {"HD": 64}, {"B": 1, "S": 17, "H": 2, "D": 64, "D2": 32}),

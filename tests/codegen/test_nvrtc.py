@@ -373,3 +373,34 @@ def test_a_build_that_spills_at_two_blocks_per_sm_takes_one() -> None:
     assert not any(r.spills for r in built.resources.values())
     forced = build(build_source(SPILLS_AT_TWO_BLOCKS), arch="sm_90a", blocks_per_sm=2)
     assert any(r.spills for r in forced.resources.values())
+
+
+def test_launch_blocks_per_sm_is_the_occupancy_promised_to_ptxas() -> None:
+    """`launch ..., blocks_per_sm=N` is __launch_bounds__(threads, N): ptxas caps registers at
+    65536 / (N x threads); the spill fallback leaves the kernel's own choice alone; 0 is the default."""
+    from argus.codegen.compile import build
+    from argus.ir.build import build_source
+
+    src = SPILLS_AT_TWO_BLOCKS.replace("threads=512", "threads=512, blocks_per_sm=2")
+    assert src != SPILLS_AT_TWO_BLOCKS
+    built = build(build_source(src), arch="sm_90a")
+    assert "__launch_bounds__(512, 2)" in built.generated.source  # kept although it spills
+    assert any(r.spills for r in built.resources.values())
+    assert all(r.registers <= 64 for r in built.resources.values())
+    default = build(build_source(SPILLS_AT_TWO_BLOCKS.replace("threads=512", "threads=512, blocks_per_sm=0")),
+                    arch="sm_90a")
+    assert "__launch_bounds__(512, 1)" in default.generated.source
+
+
+@pytest.mark.parametrize("opt, message", [
+    ("blocks_per_sm=5", "a multiprocessor holds at most 2048 threads"),
+    ("blocks_per_sm=-1", "a multiprocessor holds at most 2048 threads"),
+    ("blocks_per_sm=M", "blocks_per_sm"),
+])
+def test_bad_blocks_per_sm_is_refused_at_its_line(opt: str, message: str) -> None:
+    from argus.dsl.diagnostics import ArgusError
+    from argus.ir.build import build_source
+
+    with pytest.raises(ArgusError) as e:
+        build_source(SPILLS_AT_TWO_BLOCKS.replace("threads=512", "threads=512, " + opt))
+    assert message in str(e.value)

@@ -113,6 +113,10 @@ CASES = [
     # the two-pass RMSNorm over column steps: rows shorter than BN, not multiples of BC
     ("rmsnorm.arg", "rmsnorm_looped", {}, {"M": 37, "N": 8000}),
     ("rmsnorm.arg", "rmsnorm_looped", {"BN": 4096, "BC": 1024, "THREADS": 128}, {"M": 5, "N": 3001}),
+    ("rmsnorm.arg", "rmsnorm_looped", {"BN": 4096, "BC": 1024, "THREADS": 128, "OCC": 16}, {"M": 300, "N": 4000}),
+    # LayerNorm: one shifted statistics pass over column steps, then the output pass
+    ("layernorm.arg", "layernorm_looped", {}, {"M": 37, "N": 8000}),
+    ("layernorm.arg", "layernorm_looped", {"BN": 4096, "BC": 1024, "THREADS": 128, "OCC": 12}, {"M": 5, "N": 3001}),
     ("transpose.arg", "transpose", {}, {"M": 1000, "N": 333}),
     ("transpose.arg", "transpose", {}, {"M": 4099, "N": 17}),
     ("rope.arg", "rope", {}, {"B": 2, "S": 45, "H": 3, "D": 128, "D2": 64}),
