@@ -87,25 +87,31 @@ def test_kernel_call_builds_the_selected_param_set() -> None:
     # the rules of gemm_ws.arg by shape class (measured on the H200: benchmarks/results/gemm_tiles_probe_*)
     picked = {shape: k.specialized(dict(zip("MNK", shape))).params for shape in
               [(16, 8192, 8192), (128, 14336, 4096), (256, 4096, 4096), (2048, 2048, 2048)]}
-    assert picked == {(16, 8192, 8192): {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6,
-                                         "RELEASE": "immediate"},
+    assert picked == {(16, 8192, 8192): {"BT": 16, "BK": 256, "STAGES": 5},
                       (128, 14336, 4096): {"BN": 128, "STAGES": 6}, (256, 4096, 4096): {"BN": 64, "STAGES": 8},
                       (2048, 2048, 2048): {}}
+    # few rows go to the decode kernel of the same file (same arguments and reference)
+    assert {m: k.specialized({"M": m, "N": 8192, "K": 8192}).name for m in (1, 16, 64, 65)} == \
+        {1: "gemm_ws_decode", 16: "gemm_ws_decode", 64: "gemm_ws_decode", 65: "gemm_ws"}
 
 
 def test_check_verifies_every_specialization(capsys) -> None:
     path = str(EXAMPLES / "gemm_ws.arg")
-    assert main(["check", path, "--no-test", "--no-replay"]) == 0
+    assert main(["check", path, "--kernel", "gemm_ws", "--no-test", "--no-replay"]) == 0
     out = capsys.readouterr().out
-    assert out.count("verified (") == 5 and out.count("specialize at line") == 4
-    assert main(["check", path, "--no-test", "--format", "json"]) == 0
+    assert out.count("verified (") == 8 and out.count("specialize at line") == 7
+    assert out.count("kernel 'gemm_ws_decode': verified") == 4  # each route's param set
+    assert main(["check", path, "--kernel", "gemm_ws", "--no-test", "--format", "json"]) == 0
     rec = json.loads(capsys.readouterr().out)
     assert rec["status"] == "verified"
-    assert [s["specialize"]["params"] for s in rec["specializations"]] == [
-        {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6, "RELEASE": "immediate"},
-        {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6}, {"BN": 64, "STAGES": 8}, {"BN": 128, "STAGES": 6}]
-    # -D BM fixes a param the specialization sets: only the given set is checked
-    assert main(["check", path, "--no-test", "-D", "BM=64", "-D", "BN=64", "-D", "CONSUMERS=1"]) == 0
+    assert [(s["specialize"].get("kernel"), s["specialize"]["params"]) for s in rec["specializations"]] == [
+        ("gemm_ws_decode", {"BT": 8, "BK": 256, "STAGES": 6}), ("gemm_ws_decode", {"BT": 16, "BK": 256, "STAGES": 5}),
+        ("gemm_ws_decode", {"BT": 32, "BK": 256, "STAGES": 4}), ("gemm_ws_decode", {"BT": 64, "BK": 256, "STAGES": 3}),
+        (None, {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6}), (None, {"BN": 64, "STAGES": 8}),
+        (None, {"BN": 128, "STAGES": 6})]
+    # -D BM fixes a param of the kernel: routes and the specializations that set it are skipped
+    assert main(["check", path, "--kernel", "gemm_ws", "--no-test", "-D", "BM=64", "-D", "BN=64",
+                 "-D", "CONSUMERS=1"]) == 0
     assert capsys.readouterr().out.count("verified (") == 1
 
 

@@ -130,16 +130,13 @@ def softmax_variants(m: int, n: int):
     return make, ref, torch_fn, variants
 
 
-def run_shape(op: str, shape: tuple, iters: int, copy: float) -> list[dict]:
+def checked(variants: list, make, ref, sets: list, fns: dict, row: dict) -> list[dict]:
+    """Each (label, build) variant launched once on fresh inputs with Y poisoned and compared with the
+    float64 `ref` (a build or launch failure is a wrong row); the correct ones join `fns` (one launch per
+    input set of `sets`) to be timed. Returns one row per variant, `row`'s keys first."""
     import torch
 
-    m, n = shape
-    if op == "softmax":
-        make, ref, torch_fn, variants = softmax_variants(m, n)
-    else:
-        make, ref, torch_fn, variants = norm_variants(op, m, n)
-    sets = B.rotate(make, 4 * m * n)
-    fns, rows = {"eager": [lambda s=s: torch_fn(s) for s in sets]}, []
+    rows = []
     for label, build in variants:
         try:
             s = make()
@@ -150,11 +147,24 @@ def run_shape(op: str, shape: tuple, iters: int, copy: float) -> list[dict]:
             ok, why = c.ok, c.describe()
         except Exception as e:  # a build or launch failure is a row
             ok, why = False, f"{type(e).__name__}: {e}"
-        rows.append({"op": op, "shape": f"{m}x{n}", "variant": label, "ok": ok, "check": why})
+        rows.append({**row, "variant": label, "ok": ok, "check": why})
         if ok:
             fns[label] = [build(s) for s in sets]
         else:
-            print(f"[{op}] {m}x{n} {label}: WRONG/FAILED {why}", flush=True)
+            print(f"[{' '.join(map(str, row.values()))}] {label}: WRONG/FAILED {why}", flush=True)
+    return rows
+
+
+def run_shape(op: str, shape: tuple, iters: int, copy: float) -> list[dict]:
+
+    m, n = shape
+    if op == "softmax":
+        make, ref, torch_fn, variants = softmax_variants(m, n)
+    else:
+        make, ref, torch_fn, variants = norm_variants(op, m, n)
+    sets = B.rotate(make, 4 * m * n)
+    fns = {"eager": [lambda s=s: torch_fn(s) for s in sets]}
+    rows = checked(variants, make, ref, sets, fns, {"op": op, "shape": f"{m}x{n}"})
     times = B_time(fns, iters)
     nbytes = 4.0 * m * n
     for r in rows:

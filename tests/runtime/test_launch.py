@@ -209,3 +209,30 @@ def test_batched_tma_gemm_on_gpu() -> None:
     from tests.codegen.test_tma_nd import BATCHED
 
     _check(build_source(BATCHED), {"NB": 3, "M": 200, "N": 136, "K": 72}, seed=5)
+
+
+@gpu
+@pytest.mark.parametrize("m", [1, 16, 40])
+def test_few_rows_route_to_the_swapped_kernel_on_gpu(m: int, capsys) -> None:
+    """argus.load(...)(A, B, C), `argus run` and argus.torch.op take the route of gemm_ws.arg / linear.arg
+    for M <= 64 (the decode kernels); the results are checked against float64."""
+    import torch
+
+    import argus
+    import argus.torch as at
+    from argus.cli import main
+
+    a = torch.randn(m, 1000, device="cuda").to(torch.bfloat16)
+    b = torch.randn(1000, 264, device="cuda").to(torch.bfloat16)
+    k = argus.load(EXAMPLES / "gemm_ws.arg")
+    assert k.specialized({"M": m, "N": 264, "K": 1000}).name == "gemm_ws_decode"
+    c = torch.full((m, 264), float("nan"), device="cuda", dtype=torch.bfloat16)
+    k(a, b, c)
+    ref = a.double() @ b.double()
+    assert float((c.double() - ref).norm() / ref.norm()) < 1e-2 and not torch.isnan(c).any()
+    w = torch.randn(264, 1000, device="cuda").to(torch.bfloat16)
+    y = at.op(EXAMPLES / "linear.arg", name=f"linear_route_{m}")(a, w)
+    ref = a.double() @ w.double().T
+    assert float((y.double() - ref).norm() / ref.norm()) < 1e-2 and not torch.isnan(y).any()
+    assert main(["run", "examples/linear.arg", "-D", f"M={m}", "-D", "N=264", "-D", "K=1000"]) == 0
+    assert "kernel 'linear_decode'" in capsys.readouterr().out

@@ -128,6 +128,11 @@ CASES = [
     ("bmm.arg", "bmm", {"BN": 128}, {"BATCH": 2, "M": 129, "N": 264, "K": 520}),
     ("linear.arg", "linear", {}, {"M": 200, "N": 136, "K": 72}),
     ("linear.arg", "linear", {}, {"M": 129, "N": 296, "K": 520}),
+    # few rows with the operands' roles swapped (the routes of gemm_ws.arg / linear.arg for M <= 64)
+    ("gemm_ws.arg", "gemm_ws_decode", {"BT": 8, "BK": 256, "STAGES": 6}, {"M": 5, "N": 300, "K": 1000}),
+    ("gemm_ws.arg", "gemm_ws_decode", {"BT": 64, "BK": 256, "STAGES": 3}, {"M": 70, "N": 136, "K": 520}),
+    ("linear.arg", "linear_decode", {"BT": 16, "BK": 256, "STAGES": 5}, {"M": 13, "N": 296, "K": 1000}),
+    ("linear.arg", "linear_decode", {"BT": 32, "BK": 256, "STAGES": 4}, {"M": 1, "N": 200, "K": 72}),
     ("gemm_fp8.arg", "gemm_fp8", {}, {"M": 200, "N": 136, "K": 144}),
     ("gemm_fp8.arg", "gemm_fp8", {"BM": 64, "BN": 128, "CONSUMERS": 1}, {"M": 129, "N": 264, "K": 528}),
     ("decode_attention.arg", "decode_combine", {}, {"B": 2, "H": 3, "NS": 5, "D": 128}),
