@@ -259,9 +259,12 @@ def run(variants: list[Variant], shapes: list[tuple[int, int, int]], iters: int)
             row = {"variant": v.key, "layout": v.layout, "dtype": "bf16", "M": M, "N": N, "K": K, "ok": chk.ok,
                    "rel_error": chk.rel_error, "wrong": chk.bad, "nonfinite": chk.nonfinite, "cublas_ms": tc,
                    "cublas_tflops": tflops(M, N, K, tc), "cublas_rel_error": cub.rel_error}
-            if v.auto:  # the tile params the specialization picked for this shape
-                row["picked"] = {n: val for n, val in kernels[v.key].ir.params
-                                 if n in ("BM", "BN", "CONSUMERS", "STAGES")}
+            if v.auto:  # the tile params the specialization picked for this shape (and the kernel it routed to)
+                kir = kernels[v.key].ir
+                shown = ("BM", "BN", "BT", "BK", "CONSUMERS", "STAGES")
+                row["picked"] = {n: val for n, val in kir.params if n in shown}
+                if kir.name not in v.file:  # a route to another kernel of the file
+                    row["picked"] = {"kernel": kir.name, **row["picked"]}
             if v.key in times:
                 t = times[v.key]
                 row.update(ms=t.median_ms, ms_min=t.min_ms, ms_max=t.max_ms, tflops=tflops(M, N, K, t.median_ms),

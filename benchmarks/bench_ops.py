@@ -170,6 +170,17 @@ def softmax_case(m: int, n: int) -> Case:
                 check, nbytes=4.0 * m * n, compiled=[lambda s=s: fn(s["X"]) for s in sets], params=params)
 
 
+LAYERNORM_LOOPED_FROM = 4096  # LayerNorm rows longer than this: layernorm_looped
+
+
+def _layernorm_looped_params(n: int) -> dict:
+    """layernorm_looped with 8 blocks of 256 threads promised per SM (registers capped at 32): H200 2026-12-03
+    12:24 UTC, benchmarks/probes/results/ops_layernorm_occ_2026-12-03.md: 8192x8192 60% of copy against 50% at
+    the code generator's occupancy (63 registers) and 52% for torch eager. At 4096 columns the looped kernel
+    was no better than the whole row (48% against 59% at 11:47), so it stays whole-row there."""
+    return {"BN": 1 << (n - 1).bit_length(), "BC": 1024, "THREADS": 256, "OCC": 8}
+
+
 def norm_case(which: str, m: int, n: int) -> Case:
     import torch
     import torch.nn.functional as F
@@ -177,6 +188,9 @@ def norm_case(which: str, m: int, n: int) -> Case:
     if which == "rmsnorm" and n >= LOOPED_FROM:
         params = _looped_params(n)
         k = kernel("rmsnorm.arg", "rmsnorm_looped", **params)
+    elif which == "layernorm" and n > LAYERNORM_LOOPED_FROM:
+        params = _layernorm_looped_params(n)
+        k = kernel("layernorm.arg", "layernorm_looped", **params)
     else:
         params = _row_params(n, WIDE_FROM.get(which))
         k = kernel(f"{which}.arg", which, **params)

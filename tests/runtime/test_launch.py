@@ -234,5 +234,5 @@ def test_few_rows_route_to_the_swapped_kernel_on_gpu(m: int, capsys) -> None:
     y = at.op(EXAMPLES / "linear.arg", name=f"linear_route_{m}")(a, w)
     ref = a.double() @ w.double().T
     assert float((y.double() - ref).norm() / ref.norm()) < 1e-2 and not torch.isnan(y).any()
-    assert main(["run", "examples/linear.arg", "-D", f"M={m}", "-D", "N=264", "-D", "K=1000"]) == 0
+    assert main(["run", "examples/linear.arg", "--gpu", "-D", f"M={m}", "-D", "N=264", "-D", "K=1000"]) == 0
     assert "kernel 'linear_decode'" in capsys.readouterr().out
