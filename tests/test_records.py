@@ -74,13 +74,15 @@ def test_check_records(capsys):
 
 
 def test_specialized_check_record(capsys):
-    code, j = emit(capsys, "check", str(EXAMPLES / "gemm_ws.arg"), "--no-test", "--no-replay")
+    code, j = emit(capsys, "check", str(EXAMPLES / "gemm_ws.arg"), "--kernel", "gemm_ws", "--no-test", "--no-replay")
     assert code == 0 and j["status"] == "verified"
     keys("check.specialized", j)
-    assert len(j["specializations"]) == 4  # gemm_ws.arg's specialize rules
+    assert len(j["specializations"]) == 7  # gemm_ws.arg's specialize rules, 4 of them routes to gemm_ws_decode
     for sp in j["specializations"]:
         keys("check.specialization", sp)
-        assert set(sp["specialize"]) == {"line", "params"}
+        assert set(sp["specialize"]) == ({"line", "params", "kernel"} if "kernel" in sp["specialize"]
+                                         else {"line", "params"})
+    assert sum(sp["specialize"].get("kernel") == "gemm_ws_decode" == sp["kernel"] for sp in j["specializations"]) == 4
 
 
 def test_limit_record(capsys):
