@@ -18,8 +18,9 @@ and/or/not), evaluated here without the verifier.
 different schedule: e.g. few-row GEMMs with the operands' roles swapped), built with the params P=v
 (params of that kernel). The route is accepted only when the other kernel computes the same thing: the
 same arguments (names, dtypes, dims, defaults) and the same reference block (compared as syntax trees),
-so the choice can change speed, never the result; `argus check` verifies the other kernel with those
-params. A caller that sets params of this kernel asks for this kernel: routes are then skipped.
+so the choice can change speed, never the result; and the other kernel may not assume anything this one
+does not (a launch this kernel accepts is never refused by the route). `argus check` verifies the other
+kernel with those params. A caller that sets params of this kernel asks for this kernel: routes are then skipped.
 """
 
 from __future__ import annotations
@@ -133,9 +134,16 @@ def _form(x: object) -> object:
     return x
 
 
+def _assumes(node: ast.Kernel) -> list[ast.Expr]:
+    """The kernel's top-level `assume(...)` statements (its preconditions on dims and scalars)."""
+    return [s.expr for s in node.body if isinstance(s, ast.ExprStmt) and isinstance(s.expr, ast.Call)
+            and s.expr.func_name == "assume"]
+
+
 def route(node: ast.Kernel, sp: Specialization, kernels: Sequence[ast.Kernel]) -> ast.Kernel:
     """The kernel a routed specialization names, once it is shown to compute what `node` computes (same
-    arguments, same reference) and to have the params the route sets; else a located error."""
+    arguments, same reference), to accept every launch `node` accepts (no assume `node` lacks, compared as
+    syntax trees) and to have the params the route sets; else a located error."""
     assert sp.kernel is not None
     target = next((k for k in kernels if k.name == sp.kernel), None)
     if target is None or target.name == node.name:
@@ -148,6 +156,11 @@ def route(node: ast.Kernel, sp: Specialization, kernels: Sequence[ast.Kernel]) -
     if node.reference is None or _form(target.reference) != _form(node.reference):
         raise error("specialize", f"kernel '{sp.kernel}' has another reference block than '{node.name}'", sp.span,
                     "a route may change the schedule, not the result: give both kernels the same reference")
+    mine = {_form(a) for a in _assumes(node)}
+    extra = [a for a in _assumes(target) if _form(a) not in mine]
+    if extra:  # a launch this kernel accepts must not be refused by the route's kernel
+        raise error("specialize", f"kernel '{sp.kernel}' assumes something '{node.name}' does not (line "
+                    f"{extra[0].span.line})", sp.span, "give both kernels the same assume statements")
     declared = {s.name for s in target.body if isinstance(s, ast.Param)}
     unknown = [p for p in sp.params if p not in declared]
     if unknown:

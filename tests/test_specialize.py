@@ -176,6 +176,7 @@ def test_check_verifies_the_routed_kernel_with_the_routes_params(tmp_path, capsy
     (('kernel="scale_cols", BC=32', 'kernel="scale_cols", BR=32'), "'BR', which is not a param of kernel"),
     (('kernel="scale_cols"', 'kernel="nope"'), "kernel='nope' is not a kernel of this file"),
     (('kernel="scale_cols"', 'kernel="scale"'), "kernel='scale' is this kernel"),
+    (("    c = block_id(0)\n", "    assume(C % 4 == 0)\n    c = block_id(0)\n"), "assumes something 'scale' does not"),
 ])
 def test_a_route_to_a_kernel_computing_something_else_is_refused(tmp_path, edit, message) -> None:
     src = ROUTED
