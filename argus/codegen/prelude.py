@@ -122,13 +122,21 @@ __device__ __forceinline__ void ag_mbar_expect_tx(ag_u32 bar, ag_u32 bytes) {
 #ifndef AG_WATCHDOG_SPINS
 #define AG_WATCHDOG_SPINS (1u << 26)
 #endif
-// Wait until the phase with this parity has completed. A protocol bug traps instead of hanging.
+// Wait until the phase with this parity has completed. A protocol bug traps instead of hanging. With
+// -DAG_WATCHDOG_SPINS=0 there is no watchdog: its trap inside a setmaxnreg region makes ptxas fall back to
+// the entry register budget there (seen on FlashAttention-3's order: 92 B of spills and serialised wgmmas
+// at BKV = 128 with it, none without; benchmarks/probes/README.md).
 __device__ __forceinline__ void ag_mbar_wait(ag_u32 bar, ag_u32 parity) {
-  ag_u32 done, spins = 0;
+  ag_u32 done;
+#if AG_WATCHDOG_SPINS
+  ag_u32 spins = 0;
+#endif
   do {
     asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
                  " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+#if AG_WATCHDOG_SPINS
     if (!done && ++spins > AG_WATCHDOG_SPINS) __trap();
+#endif
   } while (!done);
 }
 """

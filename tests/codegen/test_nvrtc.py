@@ -404,3 +404,19 @@ def test_bad_blocks_per_sm_is_refused_at_its_line(opt: str, message: str) -> Non
     with pytest.raises(ArgusError) as e:
         build_source(SPILLS_AT_TWO_BLOCKS.replace("threads=512", "threads=512, " + opt))
     assert message in str(e.value)
+
+
+def test_the_wait_watchdog_costs_the_setmaxnreg_budget() -> None:
+    """The mbarrier wait's watchdog (a trap after AG_WATCHDOG_SPINS polls) inside a setmaxnreg region makes
+    ptxas fall back to the entry budget (168 registers for 384 threads) in FlashAttention-3's order at
+    BKV = 128; -DAG_WATCHDOG_SPINS=0 builds the wait without it, and the consumer keeps its registers."""
+    from argus.codegen.compile import build
+    from argus.ir.build import build_source
+
+    path = Path(__file__).resolve().parents[1] / "analysis" / "corpus" / "correct" / "fa_ws_pipelined_pv_bf16.arg"
+    k = build_source(path.read_text(), {"BKV": 128, "STAGES": 2}, path=str(path))
+    guarded = build(k, arch="sm_90a")
+    assert any(r.spills for r in guarded.resources.values())
+    free = build(k, arch="sm_90a", options=("-DAG_WATCHDOG_SPINS=0",))
+    assert not any(r.spills for r in free.resources.values())
+    assert "__trap" in free.generated.source  # the same source: the define picks the wait
