@@ -203,11 +203,12 @@ def _check_one(args, src, defines: dict[str, object]) -> tuple[int, dict]:
     # every `specialize` param set is checked too, each for all dims (the runtime may pick any of them);
     # a route's kernel with the route's params (its arguments and reference shown equal first)
     variants: list = [(None, src, defines)]
+    sf = None  # the file's kernels, read once if a route needs them
     for sp in specializations(src.node, {k: v for k, v in defines.items() if k in params}):
         if sp.kernel is None:
             variants.append((sp, src, {**defines, **sp.params}))
         else:
-            sf = load_source(args.file)
+            sf = sf or load_source(args.file)
             target = route(src.node, sp, [k.node for k in sf.kernels])
             dims = {k: v for k, v in defines.items() if k not in params}
             variants.append((sp, sf.select(target.name), {**dims, **sp.params}))
