@@ -122,10 +122,14 @@ __device__ __forceinline__ void ag_mbar_expect_tx(ag_u32 bar, ag_u32 bytes) {
 #ifndef AG_WATCHDOG_SPINS
 #define AG_WATCHDOG_SPINS (1u << 26)
 #endif
-// Wait until the phase with this parity has completed. A protocol bug traps instead of hanging. With
-// -DAG_WATCHDOG_SPINS=0 there is no watchdog: its trap inside a setmaxnreg region makes ptxas fall back to
-// the entry register budget there (seen on FlashAttention-3's order: 92 B of spills and serialised wgmmas
-// at BKV = 128 with it, none without; benchmarks/probes/README.md).
+#if AG_WATCHDOG_SPINS
+// The trap lives in a function of its own: a __trap() inlined into a setmaxnreg region makes ptxas fall back
+// to the entry register budget there (FlashAttention-3's order at BKV = 128: 92 B of spills; the warp-specialised
+// attention at D = 256: 576 B and 0.41 of cuDNN causal), a call on the cold path does not.
+__device__ __noinline__ void ag_watchdog_trap() { __trap(); }
+#endif
+// Wait until the phase with this parity has completed. A protocol bug traps instead of hanging
+// (-DAG_WATCHDOG_SPINS=0 builds the wait without the watchdog).
 __device__ __forceinline__ void ag_mbar_wait(ag_u32 bar, ag_u32 parity) {
   ag_u32 done;
 #if AG_WATCHDOG_SPINS
@@ -135,7 +139,7 @@ __device__ __forceinline__ void ag_mbar_wait(ag_u32 bar, ag_u32 parity) {
     asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
                  " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
 #if AG_WATCHDOG_SPINS
-    if (!done && ++spins > AG_WATCHDOG_SPINS) __trap();
+    if (!done && ++spins > AG_WATCHDOG_SPINS) ag_watchdog_trap();
 #endif
   } while (!done);
 }
