@@ -298,8 +298,10 @@ class Executor(TileRules, RingRules):
                 yield from self.exec_block(s.then if self.decide(c, s.span) else s.orelse)
         elif isinstance(s, ir.AssertTag):
             self.assert_tag(s)
-        elif self.ring is not None and isinstance(s, (ir.Arrive, ir.ExpectTx, ir.WaitBarrier)):
-            {ir.Arrive: self.ring_arrive, ir.ExpectTx: self.ring_expect, ir.WaitBarrier: self.ring_wait}[type(s)](s)
+        elif isinstance(s, (ir.Arrive, ir.ExpectTx, ir.WaitBarrier)) and \
+                (self.ring is not None or self.tile_ring_owns(s.barrier.name)):
+            with self.ring_scope(s.barrier.name):
+                {ir.Arrive: self.ring_arrive, ir.ExpectTx: self.ring_expect, ir.WaitBarrier: self.ring_wait}[type(s)](s)
         elif isinstance(s, ir.Arrive):
             b = self.barrier(s.barrier, s.span)
             self.arrive(b)
@@ -601,13 +603,14 @@ class Executor(TileRules, RingRules):
         thread = MULTI if multi else holders(self.reading_layout, v, False) if self.reading_layout is not None \
             else self.copy_threads(v)
         if self.in_ring(v):
-            self.ring_read(v, span)
+            with self.ring_scope(v.base):
+                self.ring_read(v, span)
         self.trace.accesses.append(Access("read", v, thread, pos, self.agent.epoch, self.agent.name,
                                           dict(self.agent.vc), span, self.step_snapshot(), None, self.in_ring(v)))
         return self.shared_tags(v, pos)
 
     def in_ring(self, v: View) -> bool:
-        return self.ring is not None and v.base in self.ring_plan_.buffers
+        return (self.ring is not None and v.base in self.ring_plan_.buffers) or self.tile_ring_owns(v.base)
 
     def copy_threads(self, v: View):
         threads = self.agent.threads
@@ -639,8 +642,9 @@ class Executor(TileRules, RingRules):
             self.land(rec)
         elif s.mode == "async":
             self.uncommitted.append(rec)
-        elif self.ring is not None and dst.base in self.ring_plan_.buffers:
-            self.ring_copy(s, dst, rec)
+        elif self.in_ring(dst):
+            with self.ring_scope(dst.base):
+                self.ring_copy(s, dst, rec)
         else:
             b = self.barrier(s.barrier, s.span)
             b.pending.append(rec)

@@ -7,7 +7,11 @@ bytes with `expect_tx(full[q % S], n)` and issues bulk copies into stage `q % S`
 `full[q % S]`; the consumer waits on `full[q % S]` with parity `(q // S) % 2`, reads stage `q % S` and
 releases it with `arrive(empty[q % S])`. Before and after their step loops (not inside a persistent tile
 loop) the roles may use one-shot mbarriers of their own (a TMA load of the consumer's Q tile), simulated
-as plain statements; a wait there that its own role never completes is a deadlock.
+as plain statements; a wait there that its own role never completes is a deadlock. Inside a persistent
+tile loop, a second ring at tile granularity may sit beside the step ring (argus/ir/rings.py `tile_ring`:
+the producer loads each tile's Q before its steps, the consumer releases it after them): the same
+obligations at the tile position j (the block's j-th tile, stages of one tile each), each barrier and
+buffer checked against the ring that owns it (`ring_scope`).
 
 For that protocol, the phase arithmetic of mbarriers gives (by induction over steps, for any number of
 stages S >= 1 and any number of steps):
@@ -47,6 +51,7 @@ loops) is structural and shared with the code generator: argus/ir/rings.py.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import z3
@@ -86,11 +91,30 @@ class RingRules:
 
     ring: RingStep | None = None
     ring_plan_: RingPlan | None = None
+    tile_ring: tuple[RingPlan, RingStep] | None = None  # the per-tile ring at the current tile
+
+    def tile_ring_owns(self, name: str) -> bool:
+        tr = self.tile_ring
+        return tr is not None and (name in (tr[0].full, tr[0].empty) or name in tr[0].buffers)
+
+    @contextmanager
+    def ring_scope(self, name: str):
+        """Run a ring operation on `name` (a barrier or a buffer) against the ring that owns it: the
+        per-tile ring's when it does, else the step ring's."""
+        if not self.tile_ring_owns(name):
+            yield
+            return
+        saved = (self.ring_plan_, self.ring)
+        self.ring_plan_, self.ring = self.tile_ring
+        try:
+            yield
+        finally:
+            self.ring_plan_, self.ring = saved
 
     def exec_ring(self, plan: RingPlan, agents: dict) -> object:
         from argus.analysis.findings import Counterexample  # noqa: F401 (kept for static problems below)
 
-        for code, span, message in plan.problems:
+        for code, span, message in plan.problems + (plan.tile.problems if plan.tile is not None else []):
             self.trace.obligations.append(Obligation(code, span, message, z3.BoolVal(True), [], {}, {}))
         prod, cons = agents["producer"], agents["consumer"]
         np_, nc = _nest(plan.producer), _nest(plan.consumer)
@@ -167,11 +191,17 @@ class RingRules:
         self.stale_records(lc)
         # integer registers carried from tile to tile are candidate ring counters (c = c0 + Q); any
         # other carried value is unknown past a block's first two tiles (carry_into_tile)
-        counters, others = [], []
+        counters, others, tile_counters = [], [], []
         for agent, loop in ((prod, lp), (cons, lc)):
             for name in sorted(read_before_assigned(loop.body)):
                 v = agent.env.get(name)
                 if isinstance(v, int) or (isinstance(v, z3.ArithRef) and v.is_int()):
+                    k = _tile_increment(loop.body, name)
+                    if k is not None and plan.tile is not None:
+                        # a tile counter (c = c + k once per tile): c0 + k * j at the block's j-th tile
+                        tile_counters.append((agent, name, as_int(v), k))
+                        agent.env[name] = as_int(v) + k * j
+                        continue
                     counters.append((agent, name, as_int(v)))
                     agent.env[name] = as_int(v) + ghost
                 elif name in agent.env:
@@ -214,13 +244,25 @@ class RingRules:
             for agent, loop in ((prod, lp), (cons, lc)):
                 agent.env[loop.var] = tile
             self.steps[lp.var] = tile
-            self._plain(prod, np_[2])
-            self._plain(cons, nc[2])
-            yield from self._ring_steps(plan, prod, cons, np_[3], nc[3], position, facts)
-            self._plain(prod, np_[4])
-            self._plain(cons, nc[4])
+            if plan.tile is not None:  # the per-tile ring at position j (this tile) or j + 1 (the next)
+                self.tile_ring = (plan.tile, RingStep(j + k, list(facts)))
+            try:
+                self._plain(prod, np_[2])
+                self._plain(cons, nc[2])
+                yield from self._ring_steps(plan, prod, cons, np_[3], nc[3], position, facts)
+                self._plain(prod, np_[4])
+                self._plain(cons, nc[4])
+                if plan.tile is not None:
+                    self._end_tile(plan.tile, lc.span)
+            finally:
+                self.tile_ring = None
             if k == 0 and counters:
                 self._counters_inductive(counters, state, lp.span)
+            if k == 0 and tile_counters:
+                bad = [name for agent, name, c0, inc in tile_counters
+                       if not self.provably_equal(agent.env.get(name), c0 + inc * (j + 1), 4000)]
+                if bad:
+                    self.carried_unknown(sorted(set(bad)), lp.span)
         self.steps.pop(lp.var, None)
         if not state["exact"]:
             # Q is exact at j = 0 only: prove the protocol there, and say so for the later tiles
@@ -231,6 +273,20 @@ class RingRules:
                                                "ring position of a block's third and later tiles is the sum of its "
                                                "earlier tiles' counts; carry it in a counter (step0 = step0 + n at "
                                                "the tile's end) to have it proved") for c in RING_CHECKS)
+
+    def _end_tile(self, tile: RingPlan, span) -> None:
+        """The per-tile ring at the end of a tile: the consumer released the tile's buffer."""
+        saved = (self.ring_plan_, self.ring)
+        self.ring_plan_, self.ring = self.tile_ring
+        try:
+            if self.ring.arrives == 0:
+                self.ring_check("deadlock", span, f"the consumer never releases '{tile.empty}' in its tile: the "
+                                "producer's next tile waits forever", z3.BoolVal(True))
+            if not self.ring.waited:
+                self.ring_check("async-read-before-wait", span, f"the consumer never waits on '{tile.full}' in "
+                                "its tile", z3.BoolVal(True))
+        finally:
+            self.ring_plan_, self.ring = saved
 
     def _counters_inductive(self, counters, state, span) -> None:
         """A carried integer c with c = c0 + Q at tile t's start ends it at c0 + Q + n(t): by induction over
@@ -459,6 +515,20 @@ class RingRules:
             self.ring_check("deadlock", sc.span, f"the consumer holds {plan.lag + 1} stages of a {plan.stages}-stage "
                             "ring: from this step the producer waits for a release the consumer makes only after "
                             "it receives the next stage", r.q >= plan.stages)
+
+
+def _tile_increment(body: tuple[ir.Stmt, ...], name: str) -> int | None:
+    """k when the only assignment of `name` in a tile loop's body is a top-level `name = name + k` (k an
+    integer constant): a counter of the block's tiles."""
+    lets = [s for s in walk(body) if isinstance(s, ir.Let) and s.name == name]
+    if len(lets) != 1 or not any(s is lets[0] for s in body):
+        return None
+    v = lets[0].value
+    if isinstance(v, ir.Bin) and v.op == "+":
+        for x, c in ((v.a, v.b), (v.b, v.a)):
+            if isinstance(x, ir.Var) and x.name == name and isinstance(c, ir.Const) and type(c.value) is int:
+                return c.value
+    return None
 
 
 def ring_step_loops(kernel: ir.Kernel) -> dict[int, frozenset[str]]:

@@ -27,6 +27,10 @@ class RingPlan:
     # block q - 1 is issued after the QK of block q) and its code after the loop releases the last one
     lag: int = 0
     post_release: ir.Arrive | None = None  # that release after the loop
+    # a second ring at tile granularity (persistent nests only): the producer fills `buffers` once per
+    # tile before its steps (a TMA load of the tile's Q), the consumer waits for it before its steps and
+    # releases it after them; its position is the block's tile count instead of its step count
+    tile: RingPlan | None = None
 
 
 def split(body: tuple[ir.Stmt, ...]) -> tuple[tuple, ir.For | None, tuple] | None:
@@ -89,11 +93,17 @@ def ring_plan(roles: tuple[ir.Role, ...], barriers: dict[str, ir.AllocBarrier]) 
             return (f"after its step loop the consumer may only release the last step's stage, once "
                     f"(one arrive on '{empty}', not inside a branch or loop)")
         lag, post_release = 1, tops[0]
+    tile = None
+    if np_[1] is not None and any(isinstance(s, MBAR_OPS) for nest in (np_, nc) for part in (nest[2], nest[4])
+                                  for s in walk(part)):
+        tile = tile_ring(prod, cons, np_, nc, (full, empty), barriers)
+        if isinstance(tile, str):
+            return tile
     for role, nest in ((prod, np_), (cons, nc)):
         # a one-shot barrier of the role's own (a TMA load of a tile it keeps, completed and waited for
         # before the steps) is simulated with the role's plain statements; the ring's are not touched
-        outside = [s for part in (nest[0], nest[2], nest[4], nest[5]) for s in walk(part)
-                   if isinstance(s, MBAR_OPS) and s is not post_release]
+        parts = (nest[0], nest[5]) if tile is not None else (nest[0], nest[2], nest[4], nest[5])
+        outside = [s for part in parts for s in walk(part) if isinstance(s, MBAR_OPS) and s is not post_release]
         if any(s.barrier.name in (full, empty) for s in outside) or (outside and nest[1] is not None):
             return f"the {role.kind} uses the ring's mbarriers outside its step loop"
         other = cons if role is prod else prod
@@ -118,7 +128,10 @@ def ring_plan(roles: tuple[ir.Role, ...], barriers: dict[str, ir.AllocBarrier]) 
     cwaits = [s for s in walk(cstep.body) if isinstance(s, ir.WaitBarrier)]
     if len(cwaits) != 1 or cwaits[0].barrier.name != full:
         return f"the consumer's step does not wait exactly once, on '{full}'"
-    plan = RingPlan(prod, cons, full, empty, S, buffers, np_[1] is not None, lag=lag, post_release=post_release)
+    if tile is not None and tile.buffers & buffers:
+        return "a buffer is filled both per step and per tile"
+    plan = RingPlan(prod, cons, full, empty, S, buffers, np_[1] is not None, lag=lag, post_release=post_release,
+                    tile=tile)
     for role, step in ((prod, pstep), (cons, cstep)):
         for x in walk(step.body):
             if isinstance(x, (ir.Arrive, ir.ExpectTx, ir.WaitBarrier)) and x.barrier.name not in (full, empty):
@@ -134,6 +147,77 @@ def ring_plan(roles: tuple[ir.Role, ...], barriers: dict[str, ir.AllocBarrier]) 
         plan.problems.append(("deadlock" if e_arrivals < barriers[empty].count else "async-overwrite",
                               barriers[empty].span, f"'{empty}' completes after {barriers[empty].count} "
                               f"arrival(s) but the consumer releases a stage {e_arrivals} time(s) per step"))
+    return plan
+
+
+def tile_ring(prod: ir.Role, cons: ir.Role, np_, nc, step_ring: tuple[str, str],
+              barriers: dict[str, ir.AllocBarrier]) -> RingPlan | str:
+    """The per-tile ring of a persistent nest, or the reason its mbarrier use outside the step loops is not
+    one: before its steps the producer's tile issues bulk copies completing on `full` (announced with
+    expect_tx) after waiting on `empty`; the consumer's tile waits on `full` and arrives on `empty`, at top
+    level before or after its steps. Where the waits and releases sit is checked by the verifier (a read
+    before the wait, a release before the last read); a misplaced producer wait, or none, is a static
+    problem."""
+    why = "the roles' mbarriers outside the step loops are not a per-tile ring (the producer fills a buffer " \
+          "with expect_tx and bulk copies on one barrier before its steps, after waiting on another that the " \
+          "consumer releases; the consumer waits on the first)"
+
+    def ops(part) -> list | None:
+        found = [s for s in walk(part) if isinstance(s, (*MBAR_OPS, ir.Copy))]
+        top = [s for s in part if isinstance(s, (*MBAR_OPS, ir.Copy))]
+        return found if len(found) == len(top) else None  # not under a branch or a loop
+
+    pre_p, post_p, pre_c, post_c = ops(np_[2]), ops(np_[4]), ops(nc[2]), ops(nc[4])
+    if any(x is None for x in (pre_p, post_p, pre_c, post_c)):
+        return why + ": one of them sits under a branch or a loop"
+    if any(isinstance(s, (*MBAR_OPS, ir.Copy)) for s in post_p):
+        return why + ": the producer uses an mbarrier or copies after its steps"
+    copies = [s for s in pre_p if isinstance(s, ir.Copy)]
+    if not copies or any(c.mode != "bulk" or c.barrier is None for c in copies) or \
+            len({c.barrier.name for c in copies}) != 1:
+        return why + ": the producer's tile set-up issues no bulk copies on one mbarrier"
+    full = copies[0].barrier.name
+    cops = [s for s in pre_c + post_c if isinstance(s, MBAR_OPS)]
+    releases = {s.barrier.name for s in cops if isinstance(s, ir.Arrive)}
+    pwaits = [s for s in pre_p if isinstance(s, ir.WaitBarrier)]
+    names = releases | {w.barrier.name for w in pwaits}
+    if len(names) != 1:
+        return why + ": the producer's wait and the consumer's release are not on one other mbarrier"
+    empty = names.pop()
+    if full == empty or {full, empty} & set(step_ring) or full not in barriers or empty not in barriers:
+        return why + ": its barriers are the step ring's or the same one"
+    if any(isinstance(s, ir.Copy) for s in pre_c + post_c) or \
+            any(s.barrier.name not in (full, empty) for s in pre_p + cops if isinstance(s, MBAR_OPS)) or \
+            any(isinstance(s, (ir.WaitBarrier, ir.ExpectTx)) and s.barrier.name != full for s in cops) or \
+            any(isinstance(s, ir.Arrive) and s.barrier.name != full for s in pre_p) or \
+            any(isinstance(s, ir.ExpectTx) and s.barrier.name != full for s in pre_p) or len(pwaits) > 1 or \
+            sum(isinstance(s, ir.WaitBarrier) for s in cops) > 1:
+        return why + ": another mbarrier, a second wait, or a copy by the consumer"
+    buffers = frozenset(c.dst.base for c in copies)
+    for role in (prod, cons):
+        for x in walk(role.body):
+            if isinstance(x, ir.Copy) and x.dst.base in buffers and not any(x is c for c in copies):
+                return f"the {role.kind} writes the per-tile buffer '{x.dst.base}' outside the producer's tile set-up"
+            if role is prod and isinstance(x, ir.Ref) and x.space == "shared" and x.base in buffers and \
+                    not any(c.dst is x for c in copies):
+                return f"the producer reads the per-tile buffer '{x.base}'"
+    S = barriers[full].n or 1
+    if (barriers[empty].n or 1) != S:
+        return f"'{full}' and '{empty}' have different numbers of stages"
+    plan = RingPlan(prod, cons, full, empty, S, buffers, True)
+    if not pwaits or pre_p.index(pwaits[0]) > pre_p.index(copies[0]):
+        plan.problems.append(("async-overwrite", copies[0].span, f"the producer refills '{copies[0].dst.base}' "
+                              f"for its next tile without first waiting on '{empty}' for the consumer to release "
+                              "it: the copy can overwrite data the consumer's previous tile still reads"))
+    f_arrivals = sum(isinstance(s, (ir.ExpectTx, ir.Arrive)) for s in pre_p)
+    if f_arrivals != barriers[full].count:
+        plan.problems.append(("deadlock", barriers[full].span, f"'{full}' completes after {barriers[full].count} "
+                              f"arrival(s) but the producer arrives {f_arrivals} time(s) per tile"))
+    e_arrivals = sum(isinstance(s, ir.Arrive) for s in cops)
+    if e_arrivals and e_arrivals != barriers[empty].count:
+        plan.problems.append(("deadlock" if e_arrivals < barriers[empty].count else "async-overwrite",
+                              barriers[empty].span, f"'{empty}' completes after {barriers[empty].count} arrival(s) "
+                              f"but the consumer releases it {e_arrivals} time(s) per tile"))
     return plan
 
 
