@@ -19,8 +19,10 @@ different schedule: e.g. few-row GEMMs with the operands' roles swapped), built 
 (params of that kernel). The route is accepted only when the other kernel computes the same thing: the
 same arguments (names, dtypes, dims, defaults) and the same reference block (compared as syntax trees),
 so the choice can change speed, never the result; and the other kernel may not assume anything this one
-does not (a launch this kernel accepts is never refused by the route). `argus check` verifies the other
-kernel with those params. A caller that sets params of this kernel asks for this kernel: routes are then skipped.
+does not (a launch this kernel accepts is never refused by the route), and the params its reference reads
+(those that pose the problem: a head dim, causal) are declared alike in both. `argus check` verifies the
+other kernel with those params. A caller who sets only such params still gets the route, the values
+going with it; a caller who sets a schedule param asks for this kernel: routes are then skipped.
 """
 
 from __future__ import annotations
@@ -117,7 +119,14 @@ def specializations(node: ast.Kernel, explicit: dict[str, object] | None = None)
                 raise error("specialize", "kernel= names another kernel of this file, as a string", s.span,
                             'e.g. kernel="gemm_decode"')
             if target is not None and explicit:
-                continue  # the caller set params of this kernel: it asks for this kernel
+                # the caller set params: a route still applies when they only pose the problem (params the
+                # reference reads: the route's kernel declares them alike, argus.specialize.route), and
+                # they go with it; one that sets a schedule param asks for this kernel
+                if any(p not in reference_params(node) for p in explicit):
+                    continue
+                if not any(p in explicit for p in params):
+                    out.append(Specialization(s.span, s.cond, {**explicit, **params}, target))
+                continue
             if not any(p in explicit for p in params):
                 out.append(Specialization(s.span, s.cond, params, target))
     return out
@@ -138,6 +147,25 @@ def _assumes(node: ast.Kernel) -> list[ast.Expr]:
     """The kernel's top-level `assume(...)` statements (its preconditions on dims and scalars)."""
     return [s.expr for s in node.body if isinstance(s, ast.ExprStmt) and isinstance(s.expr, ast.Call)
             and s.expr.func_name == "assume"]
+
+
+def reference_params(node: ast.Kernel) -> frozenset[str]:
+    """The params the kernel's reference block reads (they pose the problem: head dim, causal, scale)."""
+    params = {s.name for s in node.body if isinstance(s, ast.Param)}
+    names: set[str] = set()
+
+    def visit(x: object) -> None:
+        if isinstance(x, ast.Name):
+            names.add(x.id)
+        elif is_dataclass(x) and not isinstance(x, type):
+            for f in fields(x):
+                visit(getattr(x, f.name))
+        elif isinstance(x, (tuple, list)):
+            for y in x:
+                visit(y)
+
+    visit(node.reference or ())
+    return frozenset(names & params)
 
 
 def route(node: ast.Kernel, sp: Specialization, kernels: Sequence[ast.Kernel]) -> ast.Kernel:
@@ -161,7 +189,14 @@ def route(node: ast.Kernel, sp: Specialization, kernels: Sequence[ast.Kernel]) -
     if extra:  # a launch this kernel accepts must not be refused by the route's kernel
         raise error("specialize", f"kernel '{sp.kernel}' assumes something '{node.name}' does not (line "
                     f"{extra[0].span.line})", sp.span, "give both kernels the same assume statements")
-    declared = {s.name for s in target.body if isinstance(s, ast.Param)}
+    decls = {s.name: s for s in target.body if isinstance(s, ast.Param)}
+    mine_decls = {s.name: s for s in node.body if isinstance(s, ast.Param)}
+    for p in sorted(reference_params(node)):
+        if p not in decls or _form(decls[p].default) != _form(mine_decls[p].default):
+            raise error("specialize", f"kernel '{sp.kernel}' does not declare the param '{p}' the reference reads "
+                        f"as '{node.name}' does", sp.span, "declare it with the same default in both kernels: "
+                        "it poses the problem, and a caller's value goes with the route")
+    declared = set(decls)
     unknown = [p for p in sp.params if p not in declared]
     if unknown:
         raise error("specialize", f"the route sets '{unknown[0]}', which is not a param of kernel '{sp.kernel}'",

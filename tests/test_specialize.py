@@ -199,3 +199,51 @@ def test_a_route_names_its_kernel_as_a_string() -> None:
     src = ROUTED.replace('kernel="scale_cols"', "kernel=scale_cols")
     with pytest.raises(ArgusError, match="kernel= names another kernel of this file, as a string"):
         build_kernel(_node(src), {})
+
+
+# a param the reference reads (it poses the problem) goes with a route; a schedule param does not
+POSED = """
+kernel scale(X: f32[R, C], Y: f32[R, C]):
+    param BR = 32
+    param F = 2.0
+    specialize C <= 32: kernel="scale_cols", BC=32
+    launch grid=(cdiv(R, BR),), threads=128
+    r = block_id(0)
+    store(Y[r * BR : +BR, 0 : +C], load(X[r * BR : +BR, 0 : +C]) * F)
+reference:
+    Y = X * F
+
+kernel scale_cols(X: f32[R, C], Y: f32[R, C]):
+    param BC = 64
+    param F = 2.0
+    launch grid=(cdiv(C, BC),), threads=128
+    c = block_id(0)
+    for r in range(R):
+        store(Y[r : +1, c * BC : +BC], load(X[r : +1, c * BC : +BC]) * F)
+reference:
+    Y = X * F
+"""
+
+
+def test_a_route_takes_the_params_the_reference_reads(tmp_path) -> None:
+    path = tmp_path / "k.arg"
+    path.write_text(POSED)
+    routed = argus.load(path, F=3.0).specialized({"R": 7, "C": 20})
+    assert routed.name == "scale_cols" and routed.params == {"F": 3.0, "BC": 32}
+    x = np.random.default_rng(1).standard_normal((7, 20)).astype(np.float32)
+    y = np.full_like(x, np.nan)
+    routed(x, y)
+    np.testing.assert_allclose(y, 3 * x, rtol=1e-6)
+    # a schedule param asks for this kernel
+    assert argus.load(path, F=3.0, BR=16).specialized({"R": 7, "C": 20}).name == "scale"
+    # argus check verifies the route with the caller's value of F
+    d, defines = with_specialization(_node(POSED), {"F": 3.0, "R": 7, "C": 20}, parse(POSED, "k.arg").kernels)
+    assert d.name == "scale_cols" and defines["F"] == 3.0 and defines["BC"] == 32
+
+
+def test_a_route_whose_kernel_declares_a_reference_param_otherwise_is_refused(tmp_path) -> None:
+    head, tail = POSED.rsplit("    param F = 2.0", 1)
+    path = tmp_path / "k.arg"
+    path.write_text(head + "    param F = 4.0" + tail)
+    with pytest.raises(ArgusError, match="does not declare the param 'F' the reference reads"):
+        argus.load(path).specialized({"R": 7, "C": 20})
