@@ -73,6 +73,7 @@ class Variant:
     params: dict = field(default_factory=dict)  # besides HD and CAUSAL, which each config sets
     codegen: dict = field(default_factory=dict)  # code generator options (argus.codegen.compile.build)
     file: str = FA_FILE
+    kernel: str | None = None  # which kernel of the file (default: its first)
 
 
 VARIANTS = [
@@ -115,6 +116,19 @@ VARIANTS = [
             file="tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg"),
     Variant("ws-nowd", "flash_attention_ws.arg built without the wait watchdog",
             codegen={"options": ("-DAG_WATCHDOG_SPINS=0",)}, file="examples/flash_attention_ws.arg"),
+    # separate K and V rings (benchmarks/probes/attention): K released once QK has completed, so the producer
+    # refills it under the softmax; the FA3 order then keeps a V stage and a K stage in flight
+    Variant("split-lit", "flash_attention_ws.arg with separate K and V rings",
+            file="benchmarks/probes/attention/fa_ws_split_literal.arg"),
+    Variant("split-fa3", "FA3 order (QK j, P·V j-1, softmax j) with separate K and V rings",
+            file="benchmarks/probes/attention/fa_split_ring.arg"),
+    Variant("split-fa3-s3", "split-fa3 with 3 stages", {"STAGES": 3},
+            file="benchmarks/probes/attention/fa_split_ring.arg"),
+    Variant("split-lit-s3", "split-lit with 3 stages", {"STAGES": 3},
+            file="benchmarks/probes/attention/fa_ws_split_literal.arg"),
+    Variant("persist", "flash_attention_ws_persistent (examples/flash_attention_ws.arg): one block per SM looping over "
+            "tiles, Q loaded by the producer, so the next tile's loads run under this tile's epilogue",
+            file="examples/flash_attention_ws.arg", kernel="flash_attention_ws_persistent"),
     Variant("bq128", "BQ=128 (2 warpgroups, two blocks per SM; the D=128 default before 2026-11-30)", {"BQ": 128}),
     Variant("mask-all", "every kv block masked per element (uniform_select=False), causal blocks in launch order",
             {"HEAVY_FIRST": False}, {"uniform_select": False}),
@@ -126,21 +140,21 @@ VARIANTS = [
 ]
 
 
-def _build(params: dict, codegen: dict, file: str = FA_FILE):
+def _build(params: dict, codegen: dict, file: str = FA_FILE, kernel: str | None = None):
     import argus
     from argus.codegen.compile import build
     from argus.codegen.nvrtc import detect_arch
 
-    return build(argus.load(ROOT / file, **params).lower(), arch=detect_arch(0), **codegen)
+    return build(argus.load(ROOT / file, kernel, **params).lower(), arch=detect_arch(0), **codegen)
 
 
 def _load(v: Variant, hd: int, causal: bool, group: int = 1):
     from argus.runtime.launch import GpuKernel
 
-    return GpuKernel(_build({**v.params, "HD": hd, "CAUSAL": causal, "GROUP": group}, v.codegen, v.file), 0)
+    return GpuKernel(_build({**v.params, "HD": hd, "CAUSAL": causal, "GROUP": group}, v.codegen, v.file, v.kernel), 0)
 
 
-def _warm(job: tuple[dict, dict, str]) -> str:
+def _warm(job: tuple[dict, dict, str, str | None]) -> str:
     b = _build(*job)
     return "; ".join(r.summary() for r in b.resources.values())
 
@@ -150,9 +164,10 @@ def prebuild(variants: list[Variant], configs) -> None:
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    jobs = {(v.key, hd, causal, group): ({**v.params, "HD": hd, "CAUSAL": causal, "GROUP": group}, v.codegen, v.file)
+    jobs = {(v.key, hd, causal, group): ({**v.params, "HD": hd, "CAUSAL": causal, "GROUP": group}, v.codegen, v.file,
+                                         v.kernel)
             for v in variants for hd, causal, group, *_ in CHECKS}
-    jobs.update({(v.key, d, c, g): ({**v.params, "HD": d, "CAUSAL": c, "GROUP": g}, v.codegen, v.file)
+    jobs.update({(v.key, d, c, g): ({**v.params, "HD": d, "CAUSAL": c, "GROUP": g}, v.codegen, v.file, v.kernel)
                  for v in variants for _, d, c, _, _, g in configs})
     t0 = time.time()
     with cf.ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4), mp_context=mp.get_context("spawn")) as pool:

@@ -21,6 +21,7 @@ from tests.runtime.test_driver_gpu import ARCH, gpu  # noqa: E402
 
 FA = EXAMPLES / "flash_attention.arg"
 WS = "flash_attention_ws.arg"  # a case whose params carry FILE=WS builds that example instead
+PERSIST = "flash_attention_ws_persistent"  # KERNEL=...: that kernel of the file
 # FlashAttention-3's order (a ring consumer holding two stages; codegen/held_release.py). A causal block
 # with no key (SQ > SKV) would read and release a stage after a loop of no step: the verifier flags it
 # there, so its cases keep SQ <= SKV + BQ
@@ -47,6 +48,13 @@ CASES = [
     ({"FILE": WS, "HD": 128, "CAUSAL": True, "GROUP": 4}, (2, 1, 129, 1000)),
     ({"FILE": WS, "HD": 64, "CAUSAL": True}, (1, 2, 333, 517)),
     ({"FILE": WS, "HD": 64, "GROUP": 4, "CAUSAL": True}, (1, 1, 333, 200)),
+    # the persistent kernel (a per-tile Q ring beside the K/V ring); SMS=3 gives each block many tiles
+    ({"FILE": WS, "KERNEL": PERSIST, "HD": 128}, (2, 3, 256, 256)),
+    ({"FILE": WS, "KERNEL": PERSIST, "HD": 128, "SMS": 3}, (1, 2, 200, 333)),
+    ({"FILE": WS, "KERNEL": PERSIST, "HD": 128, "CAUSAL": True, "GROUP": 4, "SMS": 5}, (2, 1, 129, 1000)),
+    ({"FILE": WS, "KERNEL": PERSIST, "HD": 64, "CAUSAL": True, "SMS": 3}, (1, 2, 333, 517)),
+    ({"FILE": WS, "KERNEL": PERSIST, "HD": 64, "GROUP": 4, "CAUSAL": True, "SMS": 2}, (1, 1, 333, 200)),
+    ({"FILE": WS, "KERNEL": PERSIST, "HD": 256, "CAUSAL": True, "SMS": 4}, (2, 2, 300, 300)),
     ({"FILE": FA3, "HD": 128, "BKV": 64, "STAGES": 4}, (2, 3, 256, 256)),
     ({"FILE": FA3, "HD": 128}, (1, 2, 200, 333)),
     ({"FILE": FA3, "HD": 128, "BKV": 64, "STAGES": 2, "CAUSAL": True, "GROUP": 4}, (2, 1, 129, 1000)),
@@ -60,7 +68,7 @@ def _build(params: dict):
 
     params = dict(params)
     path = EXAMPLES / params.pop("FILE") if "FILE" in params else FA
-    return build(build_file(path, params), arch=ARCH)
+    return build(build_file(path, params, params.pop("KERNEL", None)), arch=ARCH)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -98,3 +106,40 @@ def test_flash_attention_on_gpu(case) -> None:
         checks, _ = check_on_gpu(gk, dims, seed=seed + sq + skv)
         for c in checks:
             assert c.ok, f"{_id(case)} seed {seed}: {c.describe()}"
+
+
+def test_flash_attention_ws_routes_up_to_8k_queries_to_its_persistent_kernel() -> None:
+    import argus
+
+    k = argus.load(EXAMPLES / WS, HD=64, CAUSAL=True)  # params the reference reads go with the route
+    dims = {"B": 1, "H": 2, "HKV": 2, "D": 64, "SKV": 517}
+    routed = k.specialized({**dims, "SQ": 333})
+    assert routed.name == PERSIST and routed.params["HD"] == 64 and routed.params["CAUSAL"] is True
+    assert k.specialized({**dims, "SQ": 16384}) is k
+    assert argus.load(EXAMPLES / WS, HD=64, BKV=64).specialized({**dims, "SQ": 333}).name == "flash_attention_ws"
+
+
+@gpu
+def test_the_routed_call_on_torch_tensors() -> None:
+    import torch
+
+    import argus
+    from argus.dsl.types import DTYPES
+    from argus.interp.run import compare
+
+    b, h, hkv, sq, skv, d = 2, 4, 2, 333, 517, 64
+    g = torch.Generator(device="cuda").manual_seed(7)
+    q = torch.randn((b, h, sq, d), device="cuda", generator=g).to(torch.bfloat16)
+    kk, v = (torch.randn((b, hkv, skv, d), device="cuda", generator=g).to(torch.bfloat16) for _ in range(2))
+    o = torch.full((b, h, sq, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+    lse = torch.full((b, h, sq), float("nan"), device="cuda", dtype=torch.float32)
+    argus.load(EXAMPLES / WS, HD=d, CAUSAL=True, GROUP=h // hkv)(q, kk, v, o, lse)
+    torch.cuda.synchronize()
+    kr, vr = kk.double().repeat_interleave(h // hkv, 1), v.double().repeat_interleave(h // hkv, 1)
+    s = q.double() @ kr.transpose(-1, -2) / d ** 0.5
+    s = s.masked_fill(torch.ones(sq, skv, dtype=torch.bool, device="cuda").triu(skv - sq + 1), float("-inf"))
+    ref = torch.softmax(s, -1) @ vr
+    chk = compare("O", o.float().cpu().numpy(), ref.cpu().numpy(), DTYPES["bf16"])
+    assert chk.ok, chk.describe()
+    chk = compare("LSE", lse.cpu().numpy(), torch.logsumexp(s, -1).cpu().numpy(), DTYPES["f32"])
+    assert chk.ok, chk.describe()
