@@ -42,3 +42,46 @@ def test_a_release_after_the_loop_in_a_branch_or_twice_is_refused() -> None:
 def test_reading_the_ring_after_the_last_release_is_refused() -> None:
     src = SRC.replace(POST, POST + "        acc = mma(a_s[0], b_s[0], acc, instr=\"wgmma\")\n")
     assert "outside its step loop" in _plan(src)
+
+
+# ---- the per-tile ring beside the step ring (a persistent nest) ----
+TILE = (ROOT / "tests" / "analysis" / "corpus" / "correct" / "fa_ws_persistent_tma_q.arg").read_text()
+Q_WAIT = "            wait(q_empty, (tile + 1) % 2)\n"
+Q_RELEASE = "            arrive(q_empty)                 # every QK of the tile has read q_s\n"
+
+
+def test_a_tile_ring_is_recognised_beside_the_step_ring() -> None:
+    plan = kernel_ring_plan(build_source(TILE))
+    assert plan is not None and plan.persistent and plan.tile is not None
+    t = plan.tile
+    assert (t.full, t.empty, t.stages, t.buffers) == ("q_full", "q_empty", 1, frozenset({"q_s"}))
+    assert not t.problems and (plan.full, plan.empty) == ("ring_full", "ring_empty")
+
+
+def test_a_misplaced_producer_wait_is_a_static_problem() -> None:
+    assert Q_WAIT in TILE
+    plan = kernel_ring_plan(build_source(TILE.replace(Q_WAIT, "")))  # never waits for the release
+    assert plan is not None and [c for c, _, _ in plan.tile.problems] == ["async-overwrite"]
+
+
+def test_tile_ring_shapes_the_proof_does_not_reach_are_refused() -> None:
+    assert Q_RELEASE in TILE
+    # the release under a branch
+    branch = TILE.replace(Q_RELEASE, "            if n_kv > 0:\n                arrive(q_empty)\n")
+    assert "under a branch or a loop" in _plan(branch)
+    # the consumer copies into the per-tile buffer itself
+    copy = TILE.replace(Q_RELEASE, Q_RELEASE + "            copy_async(q_s, Q[h, qb * BQ : +BQ, 0 : +HD])\n")
+    assert "copy by the consumer" in _plan(copy)
+    # a second wait of the consumer
+    twice = TILE.replace("            wait(q_full, tile % 2)\n",
+                         "            wait(q_full, tile % 2)\n            wait(q_full, tile % 2)\n")
+    assert "second wait" in _plan(twice)
+
+
+def test_a_refused_tile_ring_leaves_the_kernel_unknown_with_the_reason() -> None:
+    from argus.analysis import UNKNOWN, verify
+
+    branch = TILE.replace(Q_RELEASE, "            if n_kv > 0:\n                arrive(q_empty)\n")
+    r = verify(build_source(branch, {"SMS": 2}), test=False)
+    assert r.status == UNKNOWN
+    assert any("per-tile ring" in f.message for f in r.findings)
