@@ -550,9 +550,12 @@ class Executor(TileRules, RingRules):
         cands = [r for r in self.trace.records if r.view.base == v.base and r.land_pos is not None
                  and r.land_pos <= pos and r.view.may_overlap(v)]
         cands.sort(key=lambda r: r.land_pos)
-        # a record that covers the view's whole region hides every older one
+        # a record that covers the view's whole region hides every older one; a symbolic stage index is
+        # compared under the path's constraints (a read of ring stage (n_kv + S - 1) % S after the loop:
+        # without the proof every older record of the buffer stays in an if-chain, and the footprint
+        # checks saw V rows summed twice at 10 kv steps in FlashAttention-3's order on split rings)
         for n in range(len(cands) - 1, -1, -1):
-            if _contains_region(cands[n].view, v, self.provably_equal if self.ring is not None else None):
+            if _contains_region(cands[n].view, v, self.provably_equal):
                 cands = cands[n:]
                 break
 

@@ -28,9 +28,6 @@ BROKEN = sorted((CORPUS / "broken").glob("*.arg"))
 UNKNOWN_OK: dict[str, str] = {}
 # correct kernels the verifier flags today (each replay does not confirm it), kept so the fix shows
 KNOWN_FALSE_ALARMS: dict[str, str] = {
-    "fa_ws_split_rings_fa3": "separate K and V rings with the V consumer one step behind are not a ring plan; the "
-                             "role simulation reports V rows summed twice past the trip cap (10 kv steps), which "
-                             "the replay does not reproduce",
 }
 SECONDS = 60  # a generous bound for a loaded 2-core machine; the README's table gives the measured times
 
