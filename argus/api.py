@@ -21,6 +21,7 @@ from argus.dsl.embed import function_text
 from argus.dsl.parser import parse
 from argus.ir import nodes as ir
 from argus.ir.build import build_kernel, select_kernel
+from argus.layers import Layer
 
 if TYPE_CHECKING:
     from argus.codegen.compile import Built
@@ -94,13 +95,34 @@ class Kernel:
             return self.interpret(convert=convert, **bound)
         if convert:
             raise TypeError("convert=True applies to NumPy arrays (the interpreter); GPU arrays are never converted")
-        from argus.runtime.arguments import bind_arguments, validate
+        target, device = self._target(args, kwargs)
+        if isinstance(target, Layer):  # routed to an executable layer of the file
+            return target(*args, stream=stream, **kwargs)
+        return target.gpu(device)(*args, stream=stream, **kwargs)
+
+    def _target(self, args: tuple, kwargs: dict) -> tuple[Kernel | Layer, int]:
+        """What a GPU launch on these arrays runs: the specialization or route their dims and layouts pick
+        (a route may take a transposed view); this kernel's own checks (layout, assumes) apply to the rest,
+        before any compile."""
+        from argus.runtime.arguments import bind_arguments, launch_facts, validate
 
         k = self._lowered()
-        _, dims, device = validate(k, bind_arguments(k, args, kwargs))  # argument errors before any compile
-        return self.specialized(dims).gpu(device)(*args, stream=stream, **kwargs)
+        bound = bind_arguments(k, args, kwargs)
+        target = self.specialized(launch_facts(k, bound))
+        if isinstance(target, Layer):
+            return target, -1
+        _, _, device = validate(k, bound)
+        return target, device
 
-    def specialized(self, dims: dict[str, int]) -> Kernel:
+    def prepare(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
+        """A reusable launch on CUDA arrays (argus.runtime.launch.Launch, or a routed layer's sequence of
+        launches): what `k(*args)` runs, prepared once (arguments checked, tensor maps built)."""
+        target, device = self._target(args, kwargs)
+        if isinstance(target, Layer):
+            return target.prepare(*args, stream=stream, **kwargs)
+        return target.gpu(device).prepare(*args, stream=stream, **kwargs)
+
+    def specialized(self, dims: dict[str, int]) -> Kernel | Layer:
         """This kernel with the params of the `specialize` statement the dims select (argus/specialize.py),
         or itself when none applies; each specialized kernel is built once."""
         from argus.specialize import pick, route
@@ -113,11 +135,17 @@ class Kernel:
         if key not in cache:
             if sp.kernel is None:
                 cache[key] = self.with_params(**sp.params)
-            else:  # routed to another kernel of the same file (same arguments and reference, checked)
+            else:  # routed to another kernel or a layer of the same file (same arguments and reference, checked)
+                from argus.layers import plan_layer
                 from argus.sources import load_source
 
-                kernels = [k.node for k in load_source(self.node.span.path).kernels]
-                cache[key] = Kernel(route(self.node, sp, kernels), sp.params, self.text)
+                sf = load_source(self.node.span.path)
+                kernels = [k.node for k in sf.kernels]
+                target = route(self.node, sp, kernels, sf.layers)
+                if isinstance(target, ast.Layer):
+                    cache[key] = Layer(plan_layer(target, kernels), sp.params, self.text)
+                else:
+                    cache[key] = Kernel(target, sp.params, self.text)
         return cache[key]
 
     def _lowered(self) -> ir.Kernel:
@@ -149,12 +177,20 @@ class Kernel:
         return loaded[device]
 
 
-def load(path: str | Path, kernel_name: str | None = None, **params) -> Kernel:
+def load(path: str | Path, kernel_name: str | None = None, **params) -> Kernel | Layer:
     """The kernel `kernel_name` (default: the first) of an Argus file (.arg) or of a Python file (.py,
-    imported) holding @argus.kernel definitions, with `params` bound on top of the file's own."""
+    imported) holding @argus.kernel definitions, with `params` bound on top of the file's own; a name of
+    an executable layer (argus/layers.py) gives that layer."""
+    from argus.layers import plan_layer
     from argus.sources import load_source
 
-    src = load_source(path).select(kernel_name)
+    sf = load_source(path)
+    layer = next((g for g in sf.layers if g.name == kernel_name), None)
+    if layer is not None:
+        plan = plan_layer(layer, [k.node for k in sf.kernels])
+        if plan.executable:
+            return Layer(plan, params, sf.kernels[0].text if sf.kernels else None)
+    src = sf.select(kernel_name)
     return Kernel(src.node, src.defines(params), src.text)
 
 

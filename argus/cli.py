@@ -155,13 +155,13 @@ def cmd_check(args) -> int:
     src = load_source(args.file)
     defines = _defines(args)
     if args.kernel is not None and any(g.name == args.kernel for g in src.layers):
-        code, rec = _check_layer(args, next(g for g in src.layers if g.name == args.kernel), defines)
+        code, rec = _check_layer(args, next(g for g in src.layers if g.name == args.kernel), defines, src)
     elif args.kernel is not None or (len(src.kernels) <= 1 and not src.layers):  # none: select's error
         code, rec = _check_one(args, src.select(args.kernel), defines)
     else:
         codes, recs = [], []
         items = [(k.node, lambda d, k=k: _check_one(args, k, d)) for k in src.kernels] + \
-            [(g, lambda d, g=g: _check_layer(args, g, d)) for g in src.layers]
+            [(g, lambda d, g=g: _check_layer(args, g, d, src)) for g in src.layers]
         for node, check in items:
             code, one = check(defines_for(node, defines))
             codes.append(code)
@@ -174,19 +174,58 @@ def cmd_check(args) -> int:
     return code
 
 
-def _check_layer(args, layer, defines: dict[str, object]) -> tuple[int, dict]:
-    """A layer has no kernel body to verify: its signature, params and reference block are checked (the
-    reference is the float64 ground truth the composed kernels are tested against)."""
+def _check_layer(args, layer, defines: dict[str, object], src) -> tuple[int, dict]:
+    """A layer: its signature, params and reference block are checked; a layer that calls kernels
+    (argus/layers.py) also has its calls checked, every called kernel verified with the params the call
+    passes (and their specializations), and the kernels' references composed in its order tested against
+    its reference at several dims (with every called kernel's assumes holding there)."""
+    from argus.dsl import ast
     from argus.dsl.check import check_layer
+    from argus.layers import call_params, check_composition, layer_params, plan_layer
     from argus.records import layer_record
 
     t0 = time.perf_counter()
     checked = check_layer(layer, defines)
+    plan = plan_layer(layer, [k.node for k in src.kernels])
     dt = time.perf_counter() - t0
+    if not plan.executable:
+        if args.format == "text":
+            print(f"{args.file}: layer '{layer.name}' ok ({dt * 1000:.0f} ms; its reference block is the float64 "
+                  f"ground truth of {', '.join(checked.outputs)}, nothing to verify)")
+        return EXIT_OK, layer_record(args.file, layer.name, checked.outputs, dt)
+    explicit = {k: v for k, v in defines.items() if any(isinstance(s, ast.Param) and s.name == k for s in layer.body)}
+    lp = layer_params(layer, explicit)
+    codes, recs, seen = [], [], set()
+    for call in plan.calls:
+        cp = call_params(call, lp)
+        key = (call.kernel.name, *sorted(cp.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        if args.format == "text":
+            print(f"{args.file}: layer '{layer.name}' calls '{call.kernel.name}'"
+                  + ("" if not cp else " with " + ", ".join(f"{k}={v!r}" for k, v in cp.items())))
+        code, rec = _check_one(args, src.select(call.kernel.name), cp)
+        codes.append(code)
+        recs.append(rec)
+    if args.no_test or args.no_verify:
+        problems, tested = [], False
+    else:
+        problems, tested = check_composition(plan, explicit), True
+    dt = time.perf_counter() - t0
+    if problems:
+        codes.append(EXIT_ERROR)
+    code = EXIT_ERROR if EXIT_ERROR in codes else EXIT_UNKNOWN if EXIT_UNKNOWN in codes else EXIT_OK
+    status = {EXIT_OK: "ok" if args.no_verify else "verified", EXIT_ERROR: "violated"}.get(code, "unknown")
     if args.format == "text":
-        print(f"{args.file}: layer '{layer.name}' ok ({dt * 1000:.0f} ms; its reference block is the float64 "
-              f"ground truth of {', '.join(checked.outputs)}, nothing to verify)")
-    return EXIT_OK, layer_record(args.file, layer.name, checked.outputs, dt)
+        what = ("composition tested against its reference" if tested else
+                f"composition not tested ({'--no-verify' if args.no_verify else '--no-test'})")
+        print(f"{args.file}: layer '{layer.name}': {status} ({len(plan.calls)} calls; {what}; {dt:.1f} s)")
+        if problems:
+            print(render_all(problems))
+    rec = {**layer_record(args.file, layer.name, checked.outputs, dt), "status": status, "calls": recs,
+           "composition": {"tested": tested, "problems": [p.to_json() for p in problems]}}
+    return code, rec
 
 
 def _check_one(args, src, defines: dict[str, object]) -> tuple[int, dict]:
@@ -209,14 +248,20 @@ def _check_one(args, src, defines: dict[str, object]) -> tuple[int, dict]:
             variants.append((sp, src, {**defines, **sp.params}))
         else:
             sf = sf or load_source(args.file)
-            target = route(src.node, sp, [k.node for k in sf.kernels])
+            target = route(src.node, sp, [k.node for k in sf.kernels], sf.layers)
             dims = {k: v for k, v in defines.items() if k not in params}
-            variants.append((sp, sf.select(target.name), {**dims, **sp.params}))
+            if isinstance(target, ast.Layer):
+                variants.append((sp, (target, sf), {**dims, **sp.params}))
+            else:
+                variants.append((sp, sf.select(target.name), {**dims, **sp.params}))
     codes, recs = [], []
     for sp, one, d in variants:
         if sp is not None and args.format == "text":
             print(f"{args.file}: kernel '{src.name}' {sp.describe()}")
-        code, rec = _check_params(args, one, d)
+        if isinstance(one, tuple):  # a route to an executable layer
+            code, rec = _check_layer(args, one[0], defines_for(one[0], d), one[1])
+        else:
+            code, rec = _check_params(args, one, d)
         if sp is not None:
             rec = {"specialize": {"line": sp.span.line, "params": sp.params,
                                   **({"kernel": sp.kernel} if sp.kernel else {})}, **rec}

@@ -14,6 +14,9 @@ kernel); `argus build` builds the file's params (give a specialization's with -D
 The conditions are plain integer arithmetic on dims and params (min, max, cdiv, comparisons,
 and/or/not), evaluated here without the verifier.
 
+A condition may also ask `transposed(B)`: the launch's array B is a transposed view (B.T is C-contiguous, as
+`w.t()` of a torch weight); only a route may ask it (the kernel itself reads its arrays C-contiguous).
+
 `specialize COND: kernel="other", P=v, ...` routes the launch to another kernel of the same file (a
 different schedule: e.g. few-row GEMMs with the operands' roles swapped), built with the params P=v
 (params of that kernel). The route is accepted only when the other kernel computes the same thing: the
@@ -70,12 +73,20 @@ def _eval(e: ast.Expr, env: dict[str, object]) -> object:
         return ops[e.op]()
     if isinstance(e, ast.IfExp):
         return _eval(e.then, env) if _eval(e.cond, env) else _eval(e.orelse, env)
+    if isinstance(e, ast.Call) and e.func_name == "transposed" and isinstance(e.args[0], ast.Name):
+        return env[layout_key(e.args[0].id)]  # the launch's layout facts (argus.api: a KeyError without them)
     if isinstance(e, ast.Call) and e.func_name in ("min", "max", "cdiv"):
         xs = [_eval(x, env) for x in e.args]
         if e.func_name == "cdiv":
             return -(-xs[0] // xs[1])
         return min(xs) if e.func_name == "min" else max(xs)
     raise ValueError(f"cannot evaluate {type(e).__name__} in a specialize condition")
+
+
+def layout_key(arg: str) -> str:
+    """The env entry `transposed(arg)` reads: whether the launch's array is a transposed view (arg.T is
+    C-contiguous; argus.runtime.arrays.layouts)."""
+    return "@T:" + arg
 
 
 def _value(e: ast.Expr, env: dict[str, object], what: str) -> object:
@@ -89,7 +100,34 @@ def _value(e: ast.Expr, env: dict[str, object], what: str) -> object:
                     "use integer arithmetic on dims and params (min, max, cdiv, comparisons)") from None
 
 
-def param_values(node: ast.Kernel, explicit: dict[str, object]) -> dict[str, object]:
+def evaluate(e: ast.Expr, env: dict[str, object], what: str) -> object:
+    """Integer arithmetic on dims and params (as `specialize` conditions), errors located at `e`."""
+    return _value(e, env, what)
+
+
+def names_in(x: object) -> list[ast.Name]:
+    """Every Name node read as a value in a syntax tree (expressions, statements, tuples of them)."""
+    out: list[ast.Name] = []
+
+    def visit(y: object) -> None:
+        if isinstance(y, ast.Name):
+            out.append(y)
+        elif isinstance(y, ast.Call):  # a called function's name is not a value
+            visit((y.args, y.kwargs))
+        elif isinstance(y, Span):
+            return
+        elif is_dataclass(y) and not isinstance(y, type):
+            for f in fields(y):
+                visit(getattr(y, f.name))
+        elif isinstance(y, (tuple, list)):
+            for z in y:
+                visit(z)
+
+    visit(x)
+    return out
+
+
+def param_values(node: ast.Kernel | ast.Layer, explicit: dict[str, object]) -> dict[str, object]:
     """The kernel's params: each `param` default (earlier params in scope), unless `explicit` sets it."""
     env: dict[str, object] = {}
     for s in node.body:
@@ -143,41 +181,39 @@ def _form(x: object) -> object:
     return x
 
 
-def _assumes(node: ast.Kernel) -> list[ast.Expr]:
+def assumes(node: ast.Kernel | ast.Layer) -> list[ast.Call]:
     """The kernel's top-level `assume(...)` statements (its preconditions on dims and scalars)."""
     return [s.expr for s in node.body if isinstance(s, ast.ExprStmt) and isinstance(s.expr, ast.Call)
             and s.expr.func_name == "assume"]
 
 
-def reference_params(node: ast.Kernel) -> frozenset[str]:
+_assumes = assumes
+
+
+def reference_params(node: ast.Kernel | ast.Layer) -> frozenset[str]:
     """The params the kernel's reference block reads (they pose the problem: head dim, causal, scale)."""
     params = {s.name for s in node.body if isinstance(s, ast.Param)}
-    names: set[str] = set()
-
-    def visit(x: object) -> None:
-        if isinstance(x, ast.Name):
-            names.add(x.id)
-        elif is_dataclass(x) and not isinstance(x, type):
-            for f in fields(x):
-                visit(getattr(x, f.name))
-        elif isinstance(x, (tuple, list)):
-            for y in x:
-                visit(y)
-
-    visit(node.reference or ())
-    return frozenset(names & params)
+    return frozenset({n.id for n in names_in(node.reference or ())} & params)
 
 
-def route(node: ast.Kernel, sp: Specialization, kernels: Sequence[ast.Kernel]) -> ast.Kernel:
-    """The kernel a routed specialization names, once it is shown to compute what `node` computes (same
-    arguments, same reference), to accept every launch `node` accepts (no assume `node` lacks, compared as
-    syntax trees) and to have the params the route sets; else a located error."""
+def route(node: ast.Kernel, sp: Specialization, kernels: Sequence[ast.Kernel],
+          layers: Sequence[ast.Layer] = ()) -> ast.Kernel | ast.Layer:
+    """The kernel (or executable layer: argus/layers.py) a routed specialization names, once it is shown to
+    compute what `node` computes (same arguments, same reference), to accept every launch `node` accepts (no
+    assume `node` lacks, compared as syntax trees; a layer's calls are tested against their kernels' assumes
+    by its own check) and to have the params the route sets; else a located error."""
     assert sp.kernel is not None
-    target = next((k for k in kernels if k.name == sp.kernel), None)
+    target: ast.Kernel | ast.Layer | None = next((k for k in (*kernels, *layers) if k.name == sp.kernel), None)
     if target is None or target.name == node.name:
         why = "is not a kernel of this file" if target is None else "is this kernel"
         raise error("specialize", f"kernel='{sp.kernel}' {why}", sp.span,
-                    "kernels: " + ", ".join(k.name for k in kernels if k.name != node.name))
+                    "kernels: " + ", ".join(k.name for k in (*kernels, *layers) if k.name != node.name))
+    if isinstance(target, ast.Layer):
+        from argus.layers import plan_layer
+
+        if not plan_layer(target, kernels).executable:
+            raise error("specialize", f"layer '{sp.kernel}' has no calls to run", sp.span,
+                        "a route to a layer needs its body to call the file's kernels (argus/layers.py)")
     if _form(target.args) != _form(node.args):
         raise error("specialize", f"kernel '{sp.kernel}' does not take the arguments '{node.name}' takes", sp.span,
                     "a route must keep the arguments (names, dtypes, dims and defaults) as they are")
@@ -209,7 +245,8 @@ def pick(node: ast.Kernel, explicit: dict[str, object], dims: dict[str, int]) ->
     specs = specializations(node, explicit)
     if not specs:
         return None
-    env = {**param_values(node, explicit), **dims}
+    layouts = {layout_key(a.name): False for a in node.args if a.dims}  # C-contiguous unless told otherwise
+    env = {**param_values(node, explicit), **layouts, **dims}
     for sp in specs:
         if _value(sp.cond, env, "the specialize condition"):
             return sp

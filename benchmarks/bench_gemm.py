@@ -31,9 +31,8 @@ from benchlib import checked_variants, output_args, write_markdown  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (4096, 14336, 4096), (16384, 4096, 4096),
           (128, 4096, 4096), (16, 8192, 8192), (64, 8192, 8192), (16384, 16384, 64), (1000, 1000, 1000),
-          (8205, 5921, 2949)]
-CHECK_SHAPES = [(200, 136, 72), (129, 300, 520)]
-CHECK_SHAPES_NT = [(200, 136, 72), (129, 296, 520)]  # linear.arg assumes K % 8 == N % 8 == 0 (TMA row pitch)
+          (8205, 5921, 2949), (256, 256, 262144)]
+CHECK_SHAPES = [(200, 136, 72), (129, 300, 520), (16, 136, 1000), (256, 200, 20000)]
 
 
 @dataclass(frozen=True)
@@ -45,6 +44,10 @@ class Variant:
     codegen: dict = field(default_factory=dict)  # code generator options (argus.codegen.compile.build)
     layout: str = "NN"  # "NN": B stored [K, N]; "NT": B stored [N, K] (x @ W.T), the baseline matmul(A, W.T)
     auto: bool = False  # per shape, the params the kernel's `specialize` statements pick (as argus.load(...)(A, B, C))
+    kernel: str | None = None  # the kernel of the file (default: its first)
+    # "entry": launched exactly as `argus.load(file)(A, B, C)` (its routes included: layers, split-K), with A
+    # and B as the layout says: NT passes B = W.t() (W stored [N, K]), TN A = X.t() (X stored [K, M])
+    entry: bool = False
 
 
 VARIANTS = [
@@ -63,7 +66,7 @@ VARIANTS = [
     Variant("ws-small", "gemm_ws.arg small tiles (BM=64 BN=64 CONSUMERS=1 STAGES=8)", "examples/gemm_ws.arg",
             {"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8}),
     # tile shapes between the two (benchmarks/bench_gemm.py --variants ws,ws-small,ws-128x64,... picks the
-    # `specialize` rules of gemm_ws.arg / linear.arg; each set verifies with argus check -D ...)
+    # `specialize` rules of gemm_ws.arg's gemm_ws / linear; each set verifies with argus check -D ...)
     Variant("ws-128x64", "gemm_ws.arg BM=128 BN=64 CONSUMERS=2 STAGES=8", "examples/gemm_ws.arg",
             {"BM": 128, "BN": 64, "CONSUMERS": 2, "STAGES": 8}),
     Variant("ws-128x64-nolag", "ws-128x64 with each stage released right after its step's wgmmas (release_lag off)",
@@ -84,22 +87,26 @@ VARIANTS = [
             {"BM": 128, "BN": 64, "BK": 128, "CONSUMERS": 2, "STAGES": 4}),
     Variant("ws-64x32-k128", "gemm_ws.arg BM=64 BN=32 BK=128 CONSUMERS=1 STAGES=8", "examples/gemm_ws.arg",
             {"BM": 64, "BN": 32, "BK": 128, "CONSUMERS": 1, "STAGES": 8}),
-    Variant("linear-64x32-k128", "linear.arg BM=64 BN=32 BK=128 CONSUMERS=1 STAGES=8", "examples/linear.arg",
-            {"BM": 64, "BN": 32, "BK": 128, "CONSUMERS": 1, "STAGES": 8}, {}, "NT"),
-    Variant("linear-64x64-k128-s6", "linear.arg BM=64 BN=64 BK=128 CONSUMERS=1 STAGES=6", "examples/linear.arg",
-            {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6}, {}, "NT"),
-    Variant("linear", "linear.arg: Y = X @ W.T, W stored [N, K] (NT; TMA + wgmma transpose bit, 128x256x64)",
-            "examples/linear.arg", {}, {}, "NT"),
-    Variant("ws-auto", "gemm_ws.arg as `argus.load(...)(A, B, C)` runs it: the params its `specialize` picks per shape",
-            "examples/gemm_ws.arg", auto=True),
-    Variant("linear-auto", "linear.arg as `argus.load(...)(X, W, Y)` runs it: the params its `specialize` picks",
-            "examples/linear.arg", layout="NT", auto=True),
+    Variant("linear-64x32-k128", "linear BM=64 BN=32 BK=128 CONSUMERS=1 STAGES=8", "examples/gemm_ws.arg",
+            {"BM": 64, "BN": 32, "BK": 128, "CONSUMERS": 1, "STAGES": 8}, {}, "NT", kernel="linear"),
+    Variant("linear-64x64-k128-s6", "linear BM=64 BN=64 BK=128 CONSUMERS=1 STAGES=6", "examples/gemm_ws.arg",
+            {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6}, {}, "NT", kernel="linear"),
+    Variant("linear", "gemm_ws.arg's linear: Y = X @ W.T, W stored [N, K] (NT; TMA + wgmma transpose bit, 128x256x64)",
+            "examples/gemm_ws.arg", {}, {}, "NT", kernel="linear"),
+    Variant("ws-auto", "gemm_ws.arg as `argus.load(...)(A, B, C)` runs it: the kernel or layer its `specialize` "
+            "lines pick per shape", "examples/gemm_ws.arg", auto=True, entry=True),
+    Variant("ws-auto-NT", "gemm_ws.arg as `argus.load(...)(A, W.t(), C)` runs it (B a transposed view: linear)",
+            "examples/gemm_ws.arg", layout="NT", auto=True, entry=True),
+    Variant("ws-auto-TN", "gemm_ws.arg as `argus.load(...)(X.t(), B, C)` runs it (A a transposed view: gemm_tn)",
+            "examples/gemm_ws.arg", layout="TN", auto=True, entry=True),
+    Variant("linear-auto", "gemm_ws.arg's linear as `argus.load(..., \"linear\")(X, W, Y)` runs it",
+            "examples/gemm_ws.arg", layout="NT", auto=True, kernel="linear"),
     # the consumer's stage release one step late (argus/codegen/release_lag.py, the default) against the
     # literal release after each step's wgmmas
     Variant("ws-auto-nolag", "ws-auto with each stage released right after its step's wgmmas (release_lag off)",
             "examples/gemm_ws.arg", {}, {"release_lag": False}, auto=True),
     Variant("linear-auto-nolag", "linear-auto with each stage released right after its step's wgmmas",
-            "examples/linear.arg", {}, {"release_lag": False}, "NT", auto=True),
+            "examples/gemm_ws.arg", {}, {"release_lag": False}, "NT", auto=True, kernel="linear"),
 ]
 
 
@@ -111,10 +118,32 @@ def _load(v: Variant, dims: dict[str, int] | None = None):
     from argus.codegen.nvrtc import detect_arch
     from argus.runtime.launch import GpuKernel
 
-    k = argus.load(ROOT / v.file, **v.params)
+    k = argus.load(ROOT / v.file, v.kernel, **v.params)
     if v.auto and dims is not None:
         k = k.specialized(dims)
+    if not hasattr(k, "lower"):  # a route to a layer: its kernels, as a layer runs them (no codegen options)
+        return None
     return GpuKernel(build(k.lower(), arch=detect_arch(0), **v.codegen), 0)
+
+
+def _entry(v: Variant):
+    """The variant as a user calls it: argus.load(file)(...), routes and layers included."""
+    import argus
+
+    return argus.load(ROOT / v.file, v.kernel, **v.params)
+
+
+def operands(layout: str, M: int, N: int, K: int, gen=None):
+    """(A, B) for a layout as the kernel's arguments see them ([M, K], [K, N]; a transposed view where the
+    layout stores the operand the other way) and the arrays as stored (for the NT baseline, W = B.T)."""
+    import torch
+
+    def rnd(*shape):
+        return torch.randn(shape, device="cuda", generator=gen).to(torch.bfloat16)
+
+    a = rnd(K, M).t() if layout[0] == "T" else rnd(M, K)
+    b = rnd(N, K).t() if layout[1] == "T" else rnd(K, N)
+    return a, b
 
 
 def variant(key: str) -> Variant:
@@ -137,11 +166,32 @@ def child_check(key: str) -> int:
     from argus.runtime.bench import check_on_gpu
 
     v = variant(key)
-    gk = _load(v)
     ok = True
-    for M, N, K in (CHECK_SHAPES_NT if v.layout == "NT" else CHECK_SHAPES):
+    if v.entry:
+        import torch
+
+        from argus.dsl.types import DTYPES
+        from argus.interp.run import compare
+
+        k = _entry(v)
+        for M, N, K in CHECK_SHAPES:
+            g = torch.Generator(device="cuda")
+            g.manual_seed(M + N + K)
+            a, b = operands(v.layout, M, N, K, g)
+            c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            k(a, b, c)
+            torch.cuda.synchronize()
+            chk = compare("C", c.float().cpu().numpy(), (a.double() @ b.double()).cpu().numpy(), DTYPES["bf16"])
+            print(f"[{key}] {M}x{N}x{K}: {'ok' if chk.ok else 'FAIL'} {chk.describe()}", flush=True)
+            ok &= chk.ok
+        return 0 if ok else 1
+    gk = _load(v)
+    for M, N, K in CHECK_SHAPES:
         dims = {"M": M, "N": N, "K": K}
-        checks, _ = check_on_gpu(_load(v, dims) if v.auto else gk, dims, seed=M + N + K)
+        one = _load(v, dims) if v.auto else gk
+        if one is None:
+            continue  # a route to a layer: the entry variants check it
+        checks, _ = check_on_gpu(one, dims, seed=M + N + K)
         for c in checks:
             print(f"[{key}] {M}x{N}x{K}: {'ok' if c.ok else 'FAIL'} {c.describe()}", flush=True)
             ok &= c.ok
@@ -163,6 +213,8 @@ def sass_summary(variants: list[Variant]) -> dict[str, dict[str, int]]:
     if tool is None:
         return out
     for v in variants:
+        if v.entry:
+            continue  # built per shape (routes); the direct variants show the kernels' SASS
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
             f.write(_load(v).built.result.binary)
             f.flush()
@@ -193,6 +245,10 @@ def run(variants: list[Variant], shapes: list[tuple[int, int, int]], iters: int)
     kernels = {}
     for v in variants:
         t0 = time.time()
+        if v.entry:
+            kernels[v.key] = _entry(v)
+            print(f"[{v.key}] loaded (built per shape, as argus.load(...)(...) builds)", flush=True)
+            continue
         gk = _load(v)
         res = gk.built.resources
         kernels[v.key] = gk
@@ -200,51 +256,65 @@ def run(variants: list[Variant], shapes: list[tuple[int, int, int]], iters: int)
             print(f"[{v.key}] built in {time.time() - t0:.1f}s: {r.summary()}, dynamic smem "
                   f"{gk.generated.smem_bytes} B", flush=True)
     out = {"env": env, "variants": {v.key: {"title": v.title, "file": v.file, "params": {**v.params, **v.codegen},
-                                            "resources": [r.summary() for r in kernels[v.key].built.resources.values()]}
+                                            "resources": [] if v.entry else
+                                            [r.summary() for r in kernels[v.key].built.resources.values()]}
                                     for v in variants}, "rows": []}
     bf16 = DTYPES["bf16"]
+
+    def args_for(v: Variant, x, y, z) -> tuple:
+        """A kernel's arguments from the layout's operands (x [M, K] and y [K, N], views where the layout
+        stores them transposed): entry variants take the views; a direct NT kernel (linear) takes W = y.T."""
+        if v.entry or v.layout == "NN":
+            return x, y, z
+        return x, y.t(), z
+
     for M, N, K in shapes:
+        picked = {}
         for v in variants:
-            if v.auto:  # the params argus.load(...)(A, B, C) would pick for this shape
+            if v.auto and not v.entry:  # the params argus.load(...)(A, B, C) would pick for this shape
                 kernels[v.key] = _load(v, {"M": M, "N": N, "K": K})
+        layouts = sorted({v.layout for v in variants})
         gen = torch.Generator(device="cuda")
         gen.manual_seed(M * 31 + N * 7 + K)
-        a = torch.randn((M, K), device="cuda", generator=gen).to(torch.bfloat16)
-        b = torch.randn((K, N), device="cuda", generator=gen).to(torch.bfloat16)
-        ref = (a.double() @ b.double()).cpu().numpy()
-        w = b.t().contiguous()  # the NT layout's B: [N, K]
+        ops = {lo: operands(lo, M, N, K, gen) for lo in layouts}
         checks, refused = {}, {}
         for v in variants:
+            if kernels[v.key] is None:
+                refused[v.key] = "a route to a layer (run by the entry variants)"
+                continue
+            x, y = ops[v.layout]
             c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
             try:
-                kernels[v.key](a, w if v.layout == "NT" else b, c)
-            except ArgumentError as e:  # the kernel's assume excludes this shape (linear.arg: K % 8 == 0)
+                kernels[v.key](*args_for(v, x, y, c))
+            except ArgumentError as e:  # the kernel's assume excludes this shape
                 refused[v.key] = str(e).splitlines()[0]
                 continue
             torch.cuda.synchronize()
-            checks[v.key] = compare("C", c.float().cpu().numpy(), ref, bf16)
+            checks[v.key] = compare("C", c.float().cpu().numpy(), (x.double() @ y.double()).cpu().numpy(), bf16)
+            if v.entry:
+                from argus.runtime.arguments import bind_arguments, launch_facts
+
+                k = kernels[v.key]
+                target = k.specialized(launch_facts(k._lowered(), bind_arguments(k._lowered(), (x, y, c), {})))
+                picked[v.key] = {"kernel": target.name, **{n: val for n, val in target.params.items()
+                                                           if n in ("BM", "BN", "BT", "BK", "CONSUMERS", "STAGES",
+                                                                    "KCHUNK")}}
             del c
-        cub = compare("C", torch.matmul(a, b).float().cpu().numpy(), ref, bf16)
-        del ref, w
-        layouts = sorted({v.layout for v in variants})
+        x, y = ops["NN"] if "NN" in ops else next(iter(ops.values()))
+        cub = compare("C", torch.matmul(x, y).float().cpu().numpy(), (x.double() @ y.double()).cpu().numpy(), bf16)
+        del ops, x, y
         set_bytes = (M * K + K * N + M * N) * 2
         nsets = max(2, min(8, -(-L2_ROTATE_BYTES // set_bytes)))
-        sets = [(torch.randn((M, K), device="cuda").to(torch.bfloat16),
-                 torch.randn((K, N), device="cuda").to(torch.bfloat16),
-                 torch.empty((M, N), device="cuda", dtype=torch.bfloat16)) for _ in range(nsets)]
-        if "NT" in layouts:
-            wsets = [(x, torch.randn((N, K), device="cuda").to(torch.bfloat16), z) for x, _, z in sets]
-        # cuBLAS per layout: matmul(A, B) (NN) and matmul(A, W.T) (NT, W stored [N, K])
-        fns = {}
-        if "NN" in layouts:
-            fns["cublas"] = [(lambda x=x, y=y, z=z: torch.matmul(x, y, out=z)) for x, y, z in sets]
-        if "NT" in layouts:
-            fns["cublas-NT"] = [(lambda x=x, y=y, z=z: torch.matmul(x, y.t(), out=z)) for x, y, z in wsets]
+        sets = {lo: [(*operands(lo, M, N, K), torch.empty((M, N), device="cuda", dtype=torch.bfloat16))
+                     for _ in range(nsets)] for lo in layouts}
+        # cuBLAS per layout: matmul on the same views (NT: matmul(A, W.T), TN: matmul(X.T, B))
+        base = {lo: "cublas" if lo == "NN" else f"cublas-{lo}" for lo in layouts}
+        fns = {base[lo]: [(lambda x=x, y=y, z=z: torch.matmul(x, y, out=z)) for x, y, z in sets[lo]]
+               for lo in layouts}
         for v in variants:
             if v.key in checks and checks[v.key].ok:
-                fns[v.key] = [kernels[v.key].prepare(x, y, z) for x, y, z in (wsets if v.layout == "NT" else sets)]
+                fns[v.key] = [kernels[v.key].prepare(*args_for(v, x, y, z)) for x, y, z in sets[v.layout]]
         times = time_interleaved(fns, iters)
-        base = {"NN": "cublas", "NT": "cublas-NT"}
         line = f"{M}x{N}x{K}: " + ", ".join(f"{base[lo]} {tflops(M, N, K, times[base[lo]].median_ms):6.1f} TF/s"
                                            for lo in layouts) + f" (rel err {cub.rel_error:.2e})"
         for v in variants:
@@ -253,17 +323,19 @@ def run(variants: list[Variant], shapes: list[tuple[int, int, int]], iters: int)
                 out["rows"].append({"variant": v.key, "layout": v.layout, "dtype": "bf16", "M": M, "N": N, "K": K,
                                     "ok": True, "refused": refused[v.key], "cublas_ms": tc,
                                     "cublas_tflops": tflops(M, N, K, tc)})
-                line += f" | {v.key} n/a (its assume excludes the shape)"
+                line += f" | {v.key} n/a ({refused[v.key]})"
                 continue
             chk = checks[v.key]
             row = {"variant": v.key, "layout": v.layout, "dtype": "bf16", "M": M, "N": N, "K": K, "ok": chk.ok,
                    "rel_error": chk.rel_error, "wrong": chk.bad, "nonfinite": chk.nonfinite, "cublas_ms": tc,
                    "cublas_tflops": tflops(M, N, K, tc), "cublas_rel_error": cub.rel_error}
-            if v.auto:  # the tile params the specialization picked for this shape (and the kernel it routed to)
+            if v.key in picked:
+                row["picked"] = picked[v.key]
+            elif v.auto:  # the tile params the specialization picked for this shape (and the kernel it routed to)
                 kir = kernels[v.key].ir
                 shown = ("BM", "BN", "BT", "BK", "CONSUMERS", "STAGES")
                 row["picked"] = {n: val for n, val in kir.params if n in shown}
-                if kir.name not in v.file:  # a route to another kernel of the file
+                if kir.name != _entry(v).name:  # a route to another kernel of the file
                     row["picked"] = {"kernel": kir.name, **row["picked"]}
             if v.key in times:
                 t = times[v.key]
@@ -274,9 +346,7 @@ def run(variants: list[Variant], shapes: list[tuple[int, int, int]], iters: int)
                 line += f" | {v.key} WRONG: {chk.describe()}"
             out["rows"].append(row)
         print(line, flush=True)
-        del sets, fns, a, b
-        if "NT" in layouts:
-            del wsets
+        del sets, fns
         torch.cuda.empty_cache()
     return out
 
@@ -295,14 +365,18 @@ def markdown(res: dict, iters: int) -> str:
         "error <= 1e-2 and every element within 2^-6 (|ref| + rms)); then every variant and torch.matmul "
         f"(cuBLAS) timed interleaved in the same process, CUDA events around each launch, median of {iters}, "
         "input sets rotated over >= 256 MB so L2 never serves a repeat. Ratio = cuBLAS time / Argus time. "
-        "NT variants (B stored [N, K]) are compared with matmul(A, W.T) on the same W. Argus times include the "
+        "NT variants (B stored [N, K]) are compared with matmul(A, W.T) on the same W, TN variants (A stored "
+        "[K, M]) with matmul(X.T, B); the `ws-auto*` variants are `argus.load(\"examples/gemm_ws.arg\")(A, B, C)` "
+        "as a user calls it, with B = W.t() (NT) or A = X.t() (TN) as views, routes and layers included (the "
+        "kernel or layer it ran is shown per shape). Argus times include the "
         "padded copies of A and B, and of C when a TMA store writes it, when their rows are not 16-byte aligned "
         "(8205x5921x2949).",
         "",
     ]
     for key, v in res["variants"].items():
         counts = ", ".join(f"{op} {n}" for op, n in sass.get(key, {}).items() if n)
-        lines += [f"## {v['title']}", "", f"`{v['file']}` {v['params'] or ''}  ", "ptxas: " + "; ".join(v["resources"])
+        lines += [f"## {v['title']}", "", f"`{v['file']}` {v['params'] or ''}  ",
+                  "ptxas: " + ("; ".join(v["resources"]) or "per shape (see bench_gemm's log)")
                   + ("  " if counts else ""), *([f"SASS: {counts}"] if counts else []),
                   "", "| M x N x K | Argus TFLOP/s | cuBLAS TFLOP/s | ratio | rel. error | correct |",
                   "|---|---:|---:|---:|---:|:---:|"]
@@ -313,7 +387,7 @@ def markdown(res: dict, iters: int) -> str:
             if "picked" in r:
                 shape += " (" + " ".join(f"{n}={val}" for n, val in r["picked"].items()) + ")"
             if "refused" in r:
-                lines.append(f"| {shape} | n/a | {r['cublas_tflops']:.1f} | - | - | its assume excludes the shape |")
+                lines.append(f"| {shape} | n/a | {r['cublas_tflops']:.1f} | - | - | {r['refused']} |")
             elif "tflops" in r:
                 lines.append(f"| {shape} | {r['tflops']:.1f} | {r['cublas_tflops']:.1f} | **{r['ratio']:.3f}** | "
                              f"{r['rel_error']:.2e} | {'yes' if r['ok'] else 'NO'} |")

@@ -6,7 +6,7 @@
 
 Ops: softmax (whole rows; rows longer than a block through softmax_stats + softmax_normalize), rmsnorm,
 layernorm, transpose, rope, gemm_bias_gelu (examples/gemm_epilogue.arg), bmm, linear (x @ W.T), gemm_fp8, moe_route,
-decode attention (split-KV decode_split + decode_combine) and split-K GEMM (gemm_splitk + splitk_reduce);
+decode attention (split-KV decode_split + decode_combine) and split-K GEMM (gemm_ws.arg's layer gemm_ws_splitk);
 each against torch eager and, where it applies, torch.compile of the same torch code.
 
 Per op and shape: fresh random inputs and NaN-poisoned outputs, one Argus run checked against a float64
@@ -344,7 +344,7 @@ def linear_case(m: int, n: int, k_: int) -> Case:
     import torch
     import torch.nn.functional as F
 
-    k = kernel("linear.arg", "linear", {"M": m, "N": n, "K": k_})
+    k = kernel("gemm_ws.arg", "linear", {"M": m, "N": n, "K": k_})
 
     def make():
         return {"X": randn(m, k_), "W": randn(n, k_), "Y": torch.empty(m, n, device="cuda", dtype=torch.bfloat16)}
@@ -481,18 +481,16 @@ def splitk_case(m: int, n: int, k_: int) -> Case:
     splits = max(1, 264 // tiles)
     chunk = _ceil(_ceil(k_, splits), 64) * 64
     splits = -(-k_ // chunk)
-    part = kernel("splitk.arg", "gemm_splitk", KCHUNK=chunk)
-    red = kernel("splitk.arg", "splitk_reduce")
+    import argus
+
+    layer = argus.load(EX / "gemm_ws.arg", "gemm_ws_splitk", KCHUNK=chunk)  # gemm_splitk + splitk_reduce
 
     def make():
         return {"A": randn(m, k_, scale=0.05), "B": randn(k_, n, scale=0.05),
-                "WS": torch.empty(splits, m, n, device="cuda"), "C": torch.empty(m, n, device="cuda",
-                                                                                 dtype=torch.bfloat16)}
+                "C": torch.empty(m, n, device="cuda", dtype=torch.bfloat16)}
 
     def run(s):
-        a = part.prepare(A=s["A"], B=s["B"], WS=s["WS"])
-        c = red.prepare(WS=s["WS"], C=s["C"])
-        return lambda: (a(), c())
+        return layer.prepare(s["A"], s["B"], s["C"])  # its fp32 workspace allocated once here
 
     def check():
         s = make()
@@ -521,7 +519,7 @@ OPS: dict[str, tuple[str, Callable[..., Case], list[tuple]]] = {
                        [(4096, 4096, 4096), (8192, 8192, 4096), (2048, 14336, 4096)]),
     "bmm": ("batched GEMM (examples/bmm.arg) vs torch.bmm", bmm_case,
             [(16, 2048, 2048, 2048), (64, 1024, 1024, 1024), (8, 4096, 4096, 1024)]),
-    "linear": ("x @ W.T (examples/linear.arg) vs F.linear", linear_case,
+    "linear": ("x @ W.T (linear of examples/gemm_ws.arg) vs F.linear", linear_case,
                [(4096, 4096, 4096), (8192, 14336, 4096), (16, 8192, 8192)]),
     "gemm_fp8": ("FP8 GEMM (examples/gemm_fp8.arg) vs torch._scaled_mm", fp8_gemm_case,
                  [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 14336, 4096)]),
@@ -529,7 +527,7 @@ OPS: dict[str, tuple[str, Callable[..., Case], list[tuple]]] = {
                   [(4096, 8, 2), (4096, 256, 8), (16384, 128, 8)]),
     "decode": ("split-KV decode attention (examples/decode_attention.arg) vs SDPA", decode_case,
                [(8, 32, 8, 8192), (1, 64, 8, 32768), (32, 32, 8, 2048)]),
-    "splitk": ("split-K GEMM (examples/splitk.arg) vs torch.matmul", splitk_case,
+    "splitk": ("split-K GEMM (layer gemm_ws_splitk of examples/gemm_ws.arg) vs torch.matmul", splitk_case,
                [(256, 256, 524288), (512, 512, 131072), (1024, 1024, 65536)]),
 }
 

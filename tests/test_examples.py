@@ -12,13 +12,14 @@ from tests.conftest import EXAMPLES
 
 # The kernels of examples/gemm*.arg, flash_attention.arg and moe.arg have their own verifier tests.
 FILES = ["softmax.arg", "rmsnorm.arg", "layernorm.arg", "transpose.arg", "rope.arg", "gemm_epilogue.arg",
-         "bmm.arg", "linear.arg", "gemm_fp8.arg", "decode_attention.arg", "splitk.arg",
+         "bmm.arg", "gemm_fp8.arg", "decode_attention.arg",
          "moe_route.arg", "flash_attention_ws.arg"]
 
 # (file, kernel) -> (check, what the verifier says): correct kernels the verifier does not prove yet
 KNOWN: dict = {}
 
-CASES = [(f, k.name) for f in FILES for k in parse_file(str(EXAMPLES / f)).kernels]
+CASES = [(f, k.name) for f in FILES for k in parse_file(str(EXAMPLES / f)).kernels] + \
+    [("gemm_ws.arg", "gemm_splitk"), ("gemm_ws.arg", "splitk_reduce")]  # split-K: the layer gemm_ws_splitk
 
 
 @pytest.mark.parametrize(("file", "kernel"), CASES, ids=[f"{f}:{k}" for f, k in CASES])

@@ -73,13 +73,16 @@ def test_check_records(capsys):
         keys("check.check", c)
 
 
+@pytest.mark.slow
 def test_specialized_check_record(capsys):
     code, j = emit(capsys, "check", str(EXAMPLES / "gemm_ws.arg"), "--kernel", "gemm_ws", "--no-test", "--no-replay")
     assert code == 0 and j["status"] == "verified"
     keys("check.specialized", j)
-    assert len(j["specializations"]) == 7  # gemm_ws.arg's specialize rules, 4 of them routes to gemm_ws_decode
+    # gemm_ws.arg's specialize rules: 3 layout routes and 11 split-K routes (layers), 4 routes to gemm_ws_decode,
+    # 3 tile sets
+    assert len(j["specializations"]) == 21
     for sp in j["specializations"]:
-        keys("check.specialization", sp)
+        keys("check.specialization_layer" if "layer" in sp else "check.specialization", sp)
         assert set(sp["specialize"]) == ({"line", "params", "kernel"} if "kernel" in sp["specialize"]
                                          else {"line", "params"})
     assert sum(sp["specialize"].get("kernel") == "gemm_ws_decode" == sp["kernel"] for sp in j["specializations"]) == 4
@@ -165,3 +168,14 @@ def test_tune_record(tmp_path, capsys):
     assert len(lines) == 3
     for step in lines[1:]:
         keys("tune.step", step)
+
+
+def test_an_executable_layer_record(capsys):
+    code, j = emit(capsys, "check", str(EXAMPLES / "softmax.arg"), "--kernel", "softmax_long", "--no-replay")
+    assert code == 0
+    keys("check.layer_calls", j)
+    keys("check.composition", j["composition"])
+    assert j["status"] == "verified" and [c["kernel"] for c in j["calls"]] == ["softmax_stats", "softmax_normalize"]
+    for c in j["calls"]:
+        keys("check.kernel", c)
+

@@ -95,20 +95,28 @@ def test_kernel_call_builds_the_selected_param_set() -> None:
         {1: "gemm_ws_decode", 16: "gemm_ws_decode", 64: "gemm_ws_decode", 65: "gemm_ws"}
 
 
+@pytest.mark.slow
 def test_check_verifies_every_specialization(capsys) -> None:
     path = str(EXAMPLES / "gemm_ws.arg")
-    assert main(["check", path, "--kernel", "gemm_ws", "--no-test", "--no-replay"]) == 0
-    out = capsys.readouterr().out
-    assert out.count("verified (") == 8 and out.count("specialize at line") == 7
-    assert out.count("kernel 'gemm_ws_decode': verified") == 4  # each route's param set
-    assert main(["check", path, "--kernel", "gemm_ws", "--no-test", "--format", "json"]) == 0
+    assert main(["check", path, "--kernel", "gemm_ws", "--no-test", "--no-replay", "--format", "json"]) == 0
     rec = json.loads(capsys.readouterr().out)
     assert rec["status"] == "verified"
-    assert [(s["specialize"].get("kernel"), s["specialize"]["params"]) for s in rec["specializations"]] == [
+    specs = [(s["specialize"].get("kernel"), s["specialize"]["params"]) for s in rec["specializations"]]
+    # the layout routes (layers), the split-K routes (a layer, verified with each param set), the few-row
+    # routes, then the tile sets of gemm_ws itself
+    assert specs[:3] == [("gemm_ws_at_bt", {}), ("gemm_ws_at", {}), ("gemm_ws_bt", {})]
+    split = specs[3:14]
+    assert all(k == "gemm_ws_splitk" for k, _ in split) and len(split) == 11
+    assert [p["KCHUNK"] for _, p in split] == [4096, 8192, 16384, 32768, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
+    assert specs[14:] == [
         ("gemm_ws_decode", {"BT": 8, "BK": 256, "STAGES": 6}), ("gemm_ws_decode", {"BT": 16, "BK": 256, "STAGES": 5}),
         ("gemm_ws_decode", {"BT": 32, "BK": 256, "STAGES": 4}), ("gemm_ws_decode", {"BT": 64, "BK": 256, "STAGES": 3}),
         (None, {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6}), (None, {"BN": 64, "STAGES": 8}),
         (None, {"BN": 128, "STAGES": 6})]
+    assert all(s["status"] == "verified" for s in rec["specializations"])
+    layer = rec["specializations"][3]  # a route to a layer: its calls verified with the route's params
+    assert layer["layer"] == "gemm_ws_splitk" and [c["kernel"] for c in layer["calls"]] == ["gemm_splitk",
+                                                                                           "splitk_reduce"]
     # -D BM fixes a param of the kernel: routes and the specializations that set it are skipped
     assert main(["check", path, "--kernel", "gemm_ws", "--no-test", "-D", "BM=64", "-D", "BN=64",
                  "-D", "CONSUMERS=1"]) == 0

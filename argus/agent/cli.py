@@ -84,7 +84,7 @@ def choose_kernel(sf, name: str | None, defines: dict[str, object]) -> tuple[str
     built = [e.build({n: v for n, v in defines.items() if n in own_params(e)}) for e in sf.kernels]
     best, note = default_kernel(built)
     if layer is not None:
-        note = (f"'{name}' is a layer (a float64 reference over the file's kernels, run from host code); "
+        note = (f"'{name}' is a layer (a composition of the file's kernels); "
                 + note.replace("tuning kernel", "tuning its kernel", 1))
     return best.name, note
 

@@ -183,9 +183,11 @@ class _Checker:
         g = self.k
         self.signature()
         for s in g.body:
+            if isinstance(s, (ast.Assign, ast.ExprStmt)):
+                continue  # bindings, workspaces and kernel calls: argus.layers.plan_layer checks them
             if not isinstance(s, (ast.Param, ast.Pass)):
-                raise self.err("layer", "a layer holds only `param` declarations and its reference block", s,
-                               "the kernels it composes run from host code; put computation in a kernel")
+                raise self.err("layer", "a layer holds `param`s, integer bindings, `empty(...)` workspaces and "
+                               "calls of this file's kernels", s, "put loops and branches in a kernel")
             self.stmt(s, top=True)
         assigned = {t.id for s in g.reference if isinstance(s, ast.Assign) for t in s.targets}
         self.outputs = [a.name for a in g.args if a.name in assigned and a.name in self.tensors]
@@ -318,8 +320,22 @@ class _Checker:
         if not top:
             raise self.err("specialize-placement", "`specialize` belongs at the top level of the kernel body", s,
                            "put it after the params it sets")
+        routed = any(kw.name == "kernel" for kw in s.params)  # the other params are the routed kernel's
+        layouts = [n for n in ast.walk(s.cond) if isinstance(n, ast.Call) and n.func_name == "transposed"]
+        for n in layouts:  # transposed(B): B arrives as a transposed view (B.T is C-contiguous)
+            a = n.args[0] if len(n.args) == 1 and not n.kwargs else None
+            if not (isinstance(a, ast.Name) and a.id in self.tensors and len(self.tensors[a.id].dims) >= 2):
+                raise self.err("specialize", "transposed(...) takes one tensor argument of rank 2 or more", n,
+                               "e.g. `specialize transposed(B): kernel=\"gemm_bt\"`")
+            if not routed:
+                raise self.err("specialize", "transposed(...) selects a route: this kernel itself reads its arrays "
+                               "C-contiguous", n, "add kernel=\"...\" naming a kernel or layer that reads the "
+                               "array transposed")
+        skip = {id(x) for n in layouts for x in ast.walk(n)}
         funcs = {id(n.func) for n in ast.walk(s.cond) if isinstance(n, ast.Call)}
         for n in ast.walk(s.cond):
+            if id(n) in skip:
+                continue
             if isinstance(n, ast.Name) and id(n) not in funcs and n.id not in self.dims and n.id not in self.params:
                 raise self.err("specialize", f"a specialize condition reads dims and params only; '{n.id}' is "
                                "neither", n, "dims: " + (", ".join(self.dims) or "none"))
@@ -329,13 +345,12 @@ class _Checker:
             if isinstance(n, ast.Call) and (n.func_name not in ("min", "max", "cdiv") or n.kwargs):
                 raise self.err("specialize", f"a specialize condition may call min, max and cdiv only, not "
                                f"{n.func_name}", n)
-        t = self.expr(s.cond)
+        t = self.expr(_without_layouts(s.cond))
         if not isinstance(t, ScalarT):
             raise self.err("type", f"a specialize condition must be a scalar, got {_fmt(t)}", s.cond)
         if not s.params:
             raise self.err("specialize", "specialize needs at least one param to set", s, "e.g. `specialize M <= 128: "
                            "BM=64`")
-        routed = any(kw.name == "kernel" for kw in s.params)  # the other params are the routed kernel's
         for kw in s.params:
             if kw.name == "kernel":
                 if not (isinstance(kw.value, ast.Const) and isinstance(kw.value.value, str)):
@@ -1487,6 +1502,17 @@ BUILTINS = {
 def check_kernel(kernel: ast.Kernel, defines: dict[str, object] | None = None) -> Checked:
     """Type-check one kernel with compile-time parameters bound; raises ArgusError."""
     return _Checker(kernel, defines or {}).run()
+
+
+def _without_layouts(e: ast.Expr) -> ast.Expr:
+    """`e` with each `transposed(X)` as the literal True (for typing a specialize condition)."""
+    if isinstance(e, ast.Call) and e.func_name == "transposed":
+        return ast.Const(e.span, True)
+    if isinstance(e, ast.BoolOp):
+        return ast.BoolOp(e.span, e.op, _without_layouts(e.left), _without_layouts(e.right))
+    if isinstance(e, ast.UnaryOp):
+        return ast.UnaryOp(e.span, e.op, _without_layouts(e.operand))
+    return e
 
 
 def check_layer(layer: ast.Layer, defines: dict[str, object] | None = None) -> CheckedLayer:

@@ -31,8 +31,9 @@ def select_kernel(module: ast.Module, name: str | None) -> ast.Kernel:
             return k
     names = ", ".join(k.name for k in module.kernels)
     if any(g.name == name for g in module.layers):
-        raise error("unknown-kernel", f"'{name}' is a layer: a float64 reference for kernels run from host code, "
-                    "with no body to build or run", module.layer(name).name_span, "kernels in this file: " + names)
+        raise error("unknown-kernel", f"'{name}' is a layer: a composition of the file's kernels, with no kernel "
+                    "body to build or launch (a layer that calls kernels runs from Python: argus.load(path, name))",
+                    module.layer(name).name_span, "kernels in this file: " + names)
     raise error("unknown-kernel", f"no kernel named '{name}'", module.span, "kernels in this file: " + names)
 
 

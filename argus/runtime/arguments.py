@@ -71,6 +71,21 @@ def _check_dims(kernel: ir.Kernel, dims: ShapeBindings) -> None:
                                 t.span if t else kernel.span)
 
 
+def launch_facts(kernel: ir.Kernel, bound: dict[str, Any]) -> dict[str, Any]:
+    """What a `specialize` condition reads from a GPU launch before the kernel is chosen: the dims (each
+    array checked for dtype, rank and shared sizes, not layout) and, per tensor argument, whether it is a
+    transposed view (argus.specialize.layout_key)."""
+    from argus.specialize import layout_key
+
+    dims = ShapeBindings()
+    facts: dict[str, Any] = {}
+    for t in kernel.tensors:
+        info = check_array(bound[t.name], name=t.name, dtype=t.dtype.name, shape=t.dims, dims=dims,
+                           contiguous=False, span=t.span)
+        facts[layout_key(t.name)] = info.is_transposed
+    return {**dict(dims), **facts}
+
+
 def validate(kernel: ir.Kernel, bound: dict[str, Any], device: int | None = None
              ) -> tuple[dict[str, ArrayInfo], dict[str, int], int]:
     """Check each GPU array against its declaration; returns (infos, dims, device)."""

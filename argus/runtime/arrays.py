@@ -116,6 +116,16 @@ class ArrayInfo:
         return True
 
     @property
+    def is_transposed(self) -> bool:
+        """A transposed view of a C-contiguous array (its last two axes swapped, as torch's w.t()), and not
+        itself C-contiguous."""
+        if len(self.shape) < 2 or self.is_contiguous:
+            return False
+        sh = self.shape[:-2] + (self.shape[-1], self.shape[-2])
+        st = self.strides[:-2] + (self.strides[-1], self.strides[-2])
+        return ArrayInfo(self.ptr, self.dtype, sh, st, self.device, self.kind).is_contiguous
+
+    @property
     def device_name(self) -> str:
         return f"cuda:{self.device}" if self.device >= 0 else "cpu"
 

@@ -4,7 +4,7 @@
     python3 benchmarks/probes/gemm_decode_variants.py --json $OUT/d.json --md $OUT/d.md
 
 Per shape (M x N x K, M small) and layout (NN: B stored [K, N], compared with torch.matmul(A, B); NT: W
-stored [N, K], compared with F.linear(X, W)): gemm_ws.arg / linear.arg as `argus.load(...)` runs them
+stored [N, K], compared with F.linear(X, W)): gemm_ws / linear of gemm_ws.arg as `argus.load(...)` runs them
 (their `specialize` picks), and their decode kernels gemm_ws_decode / linear_decode (Y^T = W^T X^T: the
 weight tile on the wgmma's M side, BT token rows on its N side) at several BT / BK / STAGES. Every variant
 is checked against the float64 product (fresh random inputs, NaN-poisoned output) before it is timed; the
@@ -75,7 +75,7 @@ def run_shape(m: int, n: int, k: int, layout: str, iters: int) -> list[dict]:
 
     dims = {"M": m, "N": n, "K": k}
     variants = []
-    base = ("linear.arg", "linear") if nt else ("gemm_ws.arg", "gemm_ws")
+    base = ("gemm_ws.arg", "linear") if nt else ("gemm_ws.arg", "gemm_ws")
     kb, pb = _kernel(B.EX / base[0], base[1], {}, dims)
     names = ("X", "W", "Y") if nt else ("A", "B", "C")
     variants.append((f"{base[1]} auto ({' '.join(f'{p}={pb[p]}' for p in ('BM', 'BN', 'BK', 'STAGES') if p in pb)})",

@@ -140,11 +140,14 @@ def test_rank3_output_uses_a_rank3_tma_store() -> None:
 
 @pytest.mark.slow
 def test_lowered_kernels_compile_for_sm90a() -> None:
-    for f, params in [("gemm_ws.arg", {}), ("linear.arg", {}), ("gemm_fp8.arg", {}), ("gemm_epilogue.arg", {}),
+    for f, params in [("gemm_ws.arg", {}), ("gemm_fp8.arg", {}), ("gemm_epilogue.arg", {}),
                       ("gemm_ws.arg", {"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8}),
                       ("gemm_ws.arg", {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6})]:
         built = build(build_file(EXAMPLES / f, params), arch="sm_90a", cache=False)
         assert built.generated.bulk_outputs, f
+    for name in ("linear", "gemm_tn", "gemm_tt"):  # gemm_ws.arg's other layouts
+        built = build(build_file(EXAMPLES / "gemm_ws.arg", {}, name), arch="sm_90a", cache=False)
+        assert built.generated.bulk_outputs == ("Y" if name == "linear" else "C",), name
 
 
 @gpu

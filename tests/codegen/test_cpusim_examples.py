@@ -47,7 +47,7 @@ CASES = [
     ("rope.arg", "rope", {}, {"B": 2, "S": 45, "H": 3, "D": 128, "D2": 64}),
     ("rope.arg", "rope", {"HD": 64}, {"B": 1, "S": 17, "H": 2, "D": 64, "D2": 32}),
     ("decode_attention.arg", "decode_combine", {}, {"B": 2, "H": 3, "NS": 5, "D": 128}),
-    ("splitk.arg", "splitk_reduce", {}, {"SPLITS": 3, "M": 40, "N": 300}),
+    ("gemm_ws.arg", "splitk_reduce", {}, {"SPLITS": 3, "M": 40, "N": 300}),
     ("moe_route.arg", "moe_route", {}, {"T": 37, "E": 8, "KTOP": 2}),
     ("moe_route.arg", "moe_route", {"K": 8}, {"T": 20, "E": 200, "KTOP": 8}),
 ]
@@ -68,7 +68,7 @@ def test_decode_split_mma_sync_runs_on_the_cpu(dims: dict) -> None:
     _check(_kernel("decode_attention.arg", "decode_split", params), dims, loose=("OP",))
 
 
-# The GEMM epilogues and x @ W.T of examples/gemm_epilogue.arg and linear.arg, on the cp.async + mma.sync
+# The GEMM epilogues and x @ W.T of examples/gemm_epilogue.arg and gemm_ws.arg's linear, on the cp.async + mma.sync
 # main loop of examples/gemm.arg (the TMA / wgmma ones run on the GPU).
 MMA_SYNC_GEMM = """
 kernel g(A: bf16[M, K], B: bf16[{bshape}], Bias: bf16[N], C: bf16[M, N]):

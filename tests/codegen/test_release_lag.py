@@ -24,7 +24,7 @@ def _step_loop(src: str) -> str:
     return body[start:]
 
 
-@pytest.mark.parametrize(("file", "kernel", "groups"), [("gemm_ws.arg", None, 1), ("linear.arg", None, 1),
+@pytest.mark.parametrize(("file", "kernel", "groups"), [("gemm_ws.arg", None, 1), ("gemm_ws.arg", "linear", 1),
                                                         ("moe.arg", "moe_up", 2), ("moe.arg", "moe_down", 1)])
 def test_the_previous_stage_is_released_after_the_next_steps_wgmmas(file, kernel, groups) -> None:
     k = build_file(EXAMPLES / file, kernel=kernel)

@@ -36,7 +36,8 @@ def test_layer_parses_beside_kernels_and_evaluates():
 
 
 @pytest.mark.parametrize("src,code,msg,line,col", [
-    ("layer g(A: f32[N], C: f32[N]):\n    x = 1\nreference:\n    C = A\n", "layer", "only `param`", 2, 5),
+    ("layer g(A: f32[N], C: f32[N]):\n    for i in range(2):\n        pass\nreference:\n    C = A\n", "layer",
+     "a layer holds `param`s", 2, 5),
     ("layer g(A: f32[N], C: f32[N]):\n    pass\nreference:\n    B = A\n", "reference", "assigns none", 4, 5),
     ("layer g(A: f32[N], C: f32[N]):\n    pass\nreference:\n    C = A * Q\n", "undefined-name", "'Q'", 4, 13),
     ("layer g(A: f32[N], C: f32[N]):\n    pass\nreference:\n    C = grid(A)\n", "undefined-name",

@@ -214,7 +214,7 @@ def test_batched_tma_gemm_on_gpu() -> None:
 @gpu
 @pytest.mark.parametrize("m", [1, 16, 40])
 def test_few_rows_route_to_the_swapped_kernel_on_gpu(m: int, capsys) -> None:
-    """argus.load(...)(A, B, C), `argus run` and argus.torch.op take the route of gemm_ws.arg / linear.arg
+    """argus.load(...)(A, B, C), `argus run` and argus.torch.op take the route of gemm_ws.arg's gemm_ws / linear
     for M <= 64 (the decode kernels); the results are checked against float64."""
     import torch
 
@@ -231,8 +231,42 @@ def test_few_rows_route_to_the_swapped_kernel_on_gpu(m: int, capsys) -> None:
     ref = a.double() @ b.double()
     assert float((c.double() - ref).norm() / ref.norm()) < 1e-2 and not torch.isnan(c).any()
     w = torch.randn(264, 1000, device="cuda").to(torch.bfloat16)
-    y = at.op(EXAMPLES / "linear.arg", name=f"linear_route_{m}")(a, w)
+    y = at.op(EXAMPLES / "gemm_ws.arg", kernel_name="linear", name=f"linear_route_{m}")(a, w)
     ref = a.double() @ w.double().T
     assert float((y.double() - ref).norm() / ref.norm()) < 1e-2 and not torch.isnan(y).any()
-    assert main(["run", "examples/linear.arg", "--gpu", "-D", f"M={m}", "-D", "N=264", "-D", "K=1000"]) == 0
+    assert main(["run", "examples/gemm_ws.arg", "--kernel", "linear", "--gpu", "-D", f"M={m}", "-D", "N=264",
+                 "-D", "K=1000"]) == 0
     assert "kernel 'linear_decode'" in capsys.readouterr().out
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(200, 136, 72), (129, 300, 520), (1000, 264, 1000), (16, 264, 1000), (40, 264, 1000),
+                                   (256, 200, 20000)])
+@pytest.mark.parametrize("layout", ["NT", "TN", "TT"])
+def test_transposed_views_route_to_the_kernel_for_their_layout_on_gpu(shape, layout: str) -> None:
+    """argus.load("gemm_ws.arg")(A, B, C) with A = x.t() and / or B = w.t() (transposed views of contiguous
+    arrays) runs the kernel for that layout (linear, gemm_tn, gemm_tt through gemm_ws's layout routes, and
+    their own few-row and split-K routes): no copy, results against float64. Row pitches that are not
+    16-byte multiples (N = 300) are padded."""
+    import torch
+
+    import argus
+
+    m, n, k = shape
+    a = torch.randn(k, m, device="cuda").to(torch.bfloat16).t() if layout[0] == "T" else \
+        torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda").to(torch.bfloat16).t() if layout[1] == "T" else \
+        torch.randn(k, n, device="cuda").to(torch.bfloat16)
+    g = argus.load(EXAMPLES / "gemm_ws.arg")
+    want = {"NT": "gemm_ws_bt", "TN": "gemm_ws_at", "TT": "gemm_ws_at_bt"}[layout]
+    from argus.runtime.arguments import bind_arguments, launch_facts
+
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    assert g.specialized(launch_facts(g._lowered(), bind_arguments(g._lowered(), (a, b, c), {}))).name == want
+    g(a, b, c)
+    torch.cuda.synchronize()
+    from argus.dsl.types import DTYPES
+    from argus.interp.run import compare
+
+    r = compare("C", c.float().cpu().numpy(), (a.double() @ b.double()).cpu().numpy(), DTYPES["bf16"])
+    assert r.ok, r.describe()

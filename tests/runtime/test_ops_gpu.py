@@ -3,8 +3,8 @@
 Each case draws fresh random inputs (normal values, never zeros; argus.interp.run.make_arrays), poisons
 every output with NaN (an atomic_add target, which the kernel adds to, starts random), launches once and
 compares with the `reference:` block evaluated in float64 with the interpreter's criterion. Shapes are
-not tile multiples. Layers (softmax_long, decode_attention, gemm_splitk_layer) chain their kernels on the
-GPU and are compared with the layer's own reference. Every construct of tests/codegen/test_constructs.py
+not tile multiples. Layers (softmax_long and gemm_ws_splitk through argus.load, decode_attention by hand) chain their
+kernels on the GPU and are compared with the layer's own reference. Every construct of tests/codegen/test_constructs.py
 runs too, in each register layout (the wgmma ones only run here). Marked `gpu`: skipped without a GPU.
 """
 
@@ -34,8 +34,8 @@ def _all_kernels() -> list:
     its test parses it under, {}) -- the path is in the #line directives, so in the cache key."""
     out = [(f, n, p) for f, n, p, _ in CASES] + [("decode_attention.arg", "decode_split", p) for p, _ in DECODE]
     out += [("softmax.arg", "softmax_stats", {}), ("softmax.arg", "softmax_normalize", {}),
-            ("decode_attention.arg", "decode_combine", {}), ("splitk.arg", "gemm_splitk", {}),
-            ("splitk.arg", "splitk_reduce", {})]
+            ("decode_attention.arg", "decode_combine", {}), ("gemm_ws.arg", "gemm_splitk", {}),
+            ("gemm_ws.arg", "splitk_reduce", {})]
     out += [("decode_attention.arg", "decode_split", {"GROUP": g, "CHUNK": c}) for g, c in ((8, 512), (4, 128))]
     out += [(kernel_source(lay, c), f"{lay}_{c}.arg", {}) for lay, c in CONSTRUCT_CASES]
     return out
@@ -126,18 +126,18 @@ CASES = [
     ("gemm_epilogue.arg", "gemm_bias_act", {"BM": 64, "BN": 64, "CONSUMERS": 1}, {"M": 300, "N": 200, "K": 96}),
     ("bmm.arg", "bmm", {}, {"BATCH": 3, "M": 200, "N": 136, "K": 72}),
     ("bmm.arg", "bmm", {"BN": 128}, {"BATCH": 2, "M": 129, "N": 264, "K": 520}),
-    ("linear.arg", "linear", {}, {"M": 200, "N": 136, "K": 72}),
-    ("linear.arg", "linear", {}, {"M": 129, "N": 296, "K": 520}),
-    # few rows with the operands' roles swapped (the routes of gemm_ws.arg / linear.arg for M <= 64)
+    ("gemm_ws.arg", "linear", {}, {"M": 200, "N": 136, "K": 72}),
+    ("gemm_ws.arg", "linear", {}, {"M": 129, "N": 296, "K": 520}),
+    # few rows with the operands' roles swapped (the routes of gemm_ws / linear for M <= 64)
     ("gemm_ws.arg", "gemm_ws_decode", {"BT": 8, "BK": 256, "STAGES": 6}, {"M": 5, "N": 300, "K": 1000}),
     ("gemm_ws.arg", "gemm_ws_decode", {"BT": 64, "BK": 256, "STAGES": 3}, {"M": 70, "N": 136, "K": 520}),
-    ("linear.arg", "linear_decode", {"BT": 16, "BK": 256, "STAGES": 5}, {"M": 13, "N": 296, "K": 1000}),
-    ("linear.arg", "linear_decode", {"BT": 32, "BK": 256, "STAGES": 4}, {"M": 1, "N": 200, "K": 72}),
+    ("gemm_ws.arg", "linear_decode", {"BT": 16, "BK": 256, "STAGES": 5}, {"M": 13, "N": 296, "K": 1000}),
+    ("gemm_ws.arg", "linear_decode", {"BT": 32, "BK": 256, "STAGES": 4}, {"M": 1, "N": 200, "K": 72}),
     ("gemm_fp8.arg", "gemm_fp8", {}, {"M": 200, "N": 136, "K": 144}),
     ("gemm_fp8.arg", "gemm_fp8", {"BM": 64, "BN": 128, "CONSUMERS": 1}, {"M": 129, "N": 264, "K": 528}),
     ("decode_attention.arg", "decode_combine", {}, {"B": 2, "H": 3, "NS": 5, "D": 128}),
-    ("splitk.arg", "gemm_splitk", {"KCHUNK": 256}, {"SPLITS": 4, "M": 200, "N": 136, "K": 1000}),
-    ("splitk.arg", "splitk_reduce", {}, {"SPLITS": 3, "M": 40, "N": 300}),
+    ("gemm_ws.arg", "gemm_splitk", {"KCHUNK": 256}, {"SPLITS": 4, "M": 200, "N": 136, "K": 1000}),
+    ("gemm_ws.arg", "splitk_reduce", {}, {"SPLITS": 3, "M": 40, "N": 300}),
     ("moe_route.arg", "moe_route", {}, {"T": 333, "E": 8, "KTOP": 2}),
     ("moe_route.arg", "moe_route", {"K": 8}, {"T": 100, "E": 256, "KTOP": 8}),
 ]
@@ -181,14 +181,14 @@ def _layer_run(kernels: list, tensors: dict, dims: dict) -> None:
 def test_softmax_long_layer_on_gpu(n: int) -> None:
     import torch
 
+    import argus
     from argus.interp.run import compare
 
     m = 7
     x = torch.randn(m, n, device="cuda").to(torch.bfloat16)
-    t = {"X": x, "RowMax": torch.full((m,), float("nan"), device="cuda"),
-         "RowSum": torch.full((m,), float("nan"), device="cuda"),
-         "Y": torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)}
-    _layer_run([_kernel("softmax.arg", "softmax_stats", {}), _kernel("softmax.arg", "softmax_normalize", {})], t, {})
+    t = {"Y": torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)}
+    argus.load(EXAMPLES / "softmax.arg", "softmax_long")(x, t["Y"])  # the layer: stats, then normalize
+    torch.cuda.synchronize()
     ref = torch.softmax(x.double(), dim=1).cpu().numpy()
     c = compare("Y", t["Y"].float().cpu().numpy(), ref, DTYPES["bf16"])
     assert c.ok, c.describe()
@@ -224,17 +224,17 @@ def test_decode_attention_layer_on_gpu(b: int, hkv: int, group: int, skv: int, c
 def test_splitk_layer_on_gpu() -> None:
     import torch
 
+    import argus
     from argus.interp.run import compare
 
-    m, n, k, chunk = 256, 136, 20000, 4096
-    splits = -(-k // chunk)
+    m, n, k = 256, 136, 20000
     a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     b = torch.randn(k, n, device="cuda").to(torch.bfloat16)
-    t = {"A": a, "B": b, "WS": torch.full((splits, m, n), float("nan"), device="cuda"),
-         "C": torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)}
-    _layer_run([_kernel("splitk.arg", "gemm_splitk", {}), _kernel("splitk.arg", "splitk_reduce", {})], t, {})
-    c = compare("C", t["C"].float().cpu().numpy(), (a.double() @ b.double()).cpu().numpy(), DTYPES["bf16"])
-    assert c.ok, c.describe()
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    argus.load(EXAMPLES / "gemm_ws.arg", "gemm_ws_splitk")(a, b, c)  # gemm_splitk, then splitk_reduce
+    torch.cuda.synchronize()
+    r = compare("C", c.float().cpu().numpy(), (a.double() @ b.double()).cpu().numpy(), DTYPES["bf16"])
+    assert r.ok, r.describe()
 
 
 @gpu
