@@ -85,7 +85,7 @@ def _eval(e: ast.Expr, env: dict[str, object]) -> object:
 
 def layout_key(arg: str) -> str:
     """The env entry `transposed(arg)` reads: whether the launch's array is a transposed view (arg.T is
-    C-contiguous; argus.runtime.arrays.layouts)."""
+    C-contiguous; argus.runtime.arrays.ArrayInfo.is_transposed)."""
     return "@T:" + arg
 
 
