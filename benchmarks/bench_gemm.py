@@ -15,6 +15,7 @@ argus.runtime.bench.time_interleaved). Ratios are cuBLAS time / Argus time from 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -157,8 +158,8 @@ def variant(key: str) -> Variant:
     for item in extra.rstrip("]").split(";"):
         name, _, value = item.partition("=")
         params[name.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
-    return Variant(key, f"{v.title} with {extra.rstrip(']').replace(';', ' ')}", v.file, params, v.codegen,
-                   v.layout, v.auto)
+    return dataclasses.replace(v, key=key, title=f"{v.title} with {extra.rstrip(']').replace(';', ' ')}",
+                               params=params)
 
 
 def child_check(key: str) -> int:

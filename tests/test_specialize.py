@@ -105,10 +105,11 @@ def test_check_verifies_every_specialization(capsys) -> None:
     # the layout routes (layers), the split-K routes (a layer, verified with each param set), the few-row
     # routes, then the tile sets of gemm_ws itself
     assert specs[:3] == [("gemm_ws_at_bt", {}), ("gemm_ws_at", {}), ("gemm_ws_bt", {})]
-    split = specs[3:14]
-    assert all(k == "gemm_ws_splitk" for k, _ in split) and len(split) == 11
-    assert [p["KCHUNK"] for _, p in split] == [4096, 8192, 16384, 32768, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
-    assert specs[14:] == [
+    split = specs[3:15]
+    assert all(k == "gemm_ws_splitk" for k, _ in split) and len(split) == 12
+    assert [p["KCHUNK"] for _, p in split] == [4096, 8192, 16384, 32768, 1024, 2048, 4096, 8192, 16384, 32768, 65536,
+                                               2048]
+    assert specs[15:] == [
         ("gemm_ws_decode", {"BT": 8, "BK": 256, "STAGES": 6}), ("gemm_ws_decode", {"BT": 16, "BK": 256, "STAGES": 5}),
         ("gemm_ws_decode", {"BT": 32, "BK": 256, "STAGES": 4}), ("gemm_ws_decode", {"BT": 64, "BK": 256, "STAGES": 3}),
         (None, {"BM": 64, "BN": 64, "BK": 128, "CONSUMERS": 1, "STAGES": 6}), (None, {"BN": 64, "STAGES": 8}),

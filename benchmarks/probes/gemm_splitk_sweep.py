@@ -47,7 +47,7 @@ def main() -> int:
         variants = {"ws-auto": auto}
         for bn, cons in ((128, 1), (128, 2), (256, 2)):
             tiles = -(-M // 128) * -(-N // bn)
-            for c in (1024, 2048, 4096, 8192, 16384, 32768, 65536):
+            for c in (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536):
                 if not (SMS // 3 <= tiles * -(-K // c) <= 3 * SMS and c < K):
                     continue
                 tag = f"b{bn}c{cons}-k{c}"
