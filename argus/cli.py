@@ -331,6 +331,12 @@ def cmd_run(args) -> int:
     from argus.records import run_record
 
     defines = _defines(args)
+    layer = _executable_layer(args.file, args.kernel, defines)
+    if layer is not None:
+        from argus.layer_run import run_layer
+
+        return run_layer(args.file, layer, defines, gpu=not args.interp, bench=args.bench, seed=args.seed,
+                         iters=args.iters, fmt=args.format)
     if not args.interp:
         from argus.runtime.bench import run_command
 
@@ -347,6 +353,25 @@ def cmd_run(args) -> int:
         for c in res.checks:
             print(f"  {'ok  ' if c.ok else 'FAIL'} {c.describe()}")
     return EXIT_OK if res.ok else EXIT_ERROR
+
+
+def _executable_layer(file: str, name: str | None, defines: dict[str, object]):
+    """The layer `name` of FILE as an argus.Layer when it calls kernels (argus/layers.py), else None."""
+    if name is None:
+        return None
+    from argus.dsl import ast
+    from argus.layers import Layer, plan_layer
+    from argus.sources import load_source
+
+    sf = load_source(file)
+    g = next((g for g in sf.layers if g.name == name), None)
+    if g is None:
+        return None
+    plan = plan_layer(g, [k.node for k in sf.kernels])
+    if not plan.executable:
+        return None
+    params = {s.name for s in g.body if isinstance(s, ast.Param)}
+    return Layer(plan, {k: v for k, v in defines.items() if k in params})
 
 
 def _exhausted(args, what: str) -> int:

@@ -303,7 +303,13 @@ def check_composition(plan: LayerPlan, explicit: dict[str, object], *, seed: int
         at = ", ".join(f"{k}={v}" for k, v in dims.items())
         for s in plan.steps:
             if isinstance(s, Workspace):
-                arrays[s.name] = np.full(workspace_shape(s, env), np.nan)
+                shape = workspace_shape(s, env)
+                if math.prod(shape) > max_elements:
+                    problems.append(_problem(f"at {at}, workspace {s.name} would hold {math.prod(shape)} elements "
+                                             f"(shape {shape})", s.span, "size workspaces by the layer's dims: "
+                                             "the composition test allocates them in float64"))
+                    return problems
+                arrays[s.name] = np.full(shape, np.nan)
             elif isinstance(s, Call):
                 k = s.kernel
                 kp = param_values(k, call_params(s, env))

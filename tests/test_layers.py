@@ -235,3 +235,28 @@ def test_an_array_info_knows_a_transposed_view() -> None:
     assert info((3, 64, 32), (2048, 1, 64)).is_transposed  # batched
     assert not info((64,), (1,)).is_transposed
 
+
+def test_a_workspace_too_large_to_test_is_a_located_problem() -> None:
+    src = SRC.replace("    T = empty(f32[R, C])\n", "    T = empty(f32[R, C])\n    U = empty(f32[C, C, C])\n")
+    problems = check_composition(_plan(src), {})
+    assert problems and "workspace U would hold" in problems[0].message
+    assert problems[0].span.line == src.splitlines().index("    U = empty(f32[C, C, C])") + 1
+
+
+def test_argus_run_runs_a_layer_against_its_reference(tmp_path, capsys) -> None:
+    path = _write(tmp_path)
+    assert main(["run", str(path), "--kernel", "twice_plus_one", "--interp", "-D", "R=37", "-D", "C=70"]) == 0
+    out = capsys.readouterr().out
+    assert "layer 'twice_plus_one' R=37 C=70 (interpreter, 2 calls)" in out and "ok   Z" in out
+    assert main(["run", str(path), "--kernel", "twice_plus_one", "--interp", "-D", "R=5", "-D", "C=7", "--format",
+                 "json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["kernel"] == "twice_plus_one" and rec["ok"] and rec["outputs"][0]["name"] == "Z"
+    # a wrong layer (its calls compute something else) fails the comparison
+    head, tail = SRC.split("layer twice_plus_one")
+    bad = _write(tmp_path, head + "layer twice_plus_one" + tail.replace("Z = X * 2 + 1", "Z = X * 2 + 2"))
+    assert main(["run", str(bad), "--kernel", "twice_plus_one", "--interp", "-D", "R=5", "-D", "C=7"]) == 1
+    assert "FAIL Z" in capsys.readouterr().out
+    assert main(["run", str(path), "--kernel", "twice_plus_one", "--interp", "-D", "R=5"]) == 1
+    assert "no value for dimension C" in capsys.readouterr().err
+

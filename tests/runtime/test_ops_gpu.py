@@ -245,3 +245,13 @@ def test_construct_on_gpu(layout: str, construct: str) -> None:
     shapes = ({"M": 64, "N": 64, "K": 32},) if whole else ({"M": 150, "N": 64, "K": 32}, {"M": 64, "N": 64, "K": 40})
     for dims in shapes:
         _check(k, {d: v for d, v in dims.items() if d in k.dims}, seed=3)
+
+
+@gpu
+def test_argus_run_runs_a_layer_on_gpu(capsys) -> None:
+    from argus.cli import main
+
+    assert main(["run", str(EXAMPLES / "gemm_ws.arg"), "--kernel", "gemm_ws_splitk", "--gpu", "-D", "M=200",
+                 "-D", "N=136", "-D", "K=20000", "-D", "KCHUNK=4096"]) == 0
+    assert "ok   C" in capsys.readouterr().out
+
