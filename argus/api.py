@@ -106,9 +106,16 @@ class Kernel:
         before any compile."""
         from argus.runtime.arguments import bind_arguments, launch_facts, validate
 
+        from argus.runtime.arrays import ArgumentError
+
         k = self._lowered()
         bound = bind_arguments(k, args, kwargs)
-        target = self.specialized(launch_facts(k, bound))
+        try:
+            facts = launch_facts(k, bound)
+        except ArgumentError:  # not a launch any route takes: this kernel's own checks say why
+            validate(k, bound)
+            raise
+        target = self.specialized(facts)
         if isinstance(target, Layer):
             return target, -1
         _, _, device = validate(k, bound)
