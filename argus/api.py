@@ -105,7 +105,6 @@ class Kernel:
         (a route may take a transposed view); this kernel's own checks (layout, assumes) apply to the rest,
         before any compile."""
         from argus.runtime.arguments import bind_arguments, launch_facts, validate
-
         from argus.runtime.arrays import ArgumentError
 
         k = self._lowered()
