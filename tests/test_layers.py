@@ -174,7 +174,8 @@ def test_gemm_ws_splitk_composes_to_a_matmul_and_runs_in_the_interpreter() -> No
 
 
 SCALE = SRC[SRC.index("kernel scale("):SRC.index("kernel add_one(")]
-TRANSPOSED = SCALE.replace("    param BC = 32\n", "    param BC = 32\n    specialize transposed(X): kernel=\"scale_t\"\n", 1) + """
+ROUTE = '    specialize transposed(X): kernel="scale_t"\n'
+TRANSPOSED = SCALE.replace("    param BC = 32\n", "    param BC = 32\n" + ROUTE, 1) + """
 kernel tscale(Xt: f32[C, R], Y: f32[R, C]):
     param BR = 32
     param BC = 32
