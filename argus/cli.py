@@ -205,7 +205,14 @@ def _check_layer(args, layer, defines: dict[str, object], src) -> tuple[int, dic
         if args.format == "text":
             print(f"{args.file}: layer '{layer.name}' calls '{call.kernel.name}'"
                   + ("" if not cp else " with " + ", ".join(f"{k}={v!r}" for k, v in cp.items())))
-        code, rec = _check_one(args, src.select(call.kernel.name), cp)
+        # a kernel and param set another layer (or route) of this command already verified is not verified
+        # again: the split-K routes of gemm_ws.arg call splitk_reduce with the same params a dozen times
+        done = args.__dict__.setdefault("_layer_calls_done", {})
+        if key not in done:
+            done[key] = _check_one(args, src.select(call.kernel.name), cp)
+        elif args.format == "text":
+            print(f"{args.file}: kernel '{call.kernel.name}': as checked above")
+        code, rec = done[key]
         codes.append(code)
         recs.append(rec)
     if args.no_test or args.no_verify:
