@@ -154,11 +154,12 @@ def cmd_check(args) -> int:
 
     src = load_source(args.file)
     defines = _defines(args)
-    if args.kernel is not None and any(g.name == args.kernel for g in src.layers):
-        code, rec = _check_layer(args, next(g for g in src.layers if g.name == args.kernel), defines, src)
-    elif args.kernel is not None or (len(src.kernels) <= 1 and not src.layers):  # none: select's error
-        code, rec = _check_one(args, src.select(args.kernel), defines)
-    else:
+
+    def walk() -> tuple[int, dict]:
+        if args.kernel is not None and any(g.name == args.kernel for g in src.layers):
+            return _check_layer(args, next(g for g in src.layers if g.name == args.kernel), defines, src)
+        if args.kernel is not None or (len(src.kernels) <= 1 and not src.layers):  # none: select's error
+            return _check_one(args, src.select(args.kernel), defines)
         codes, recs = [], []
         items = [(k.node, lambda d, k=k: _check_one(args, k, d)) for k in src.kernels] + \
             [(g, lambda d, g=g: _check_layer(args, g, d, src)) for g in src.layers]
@@ -168,7 +169,11 @@ def cmd_check(args) -> int:
             recs.append(one)
         code = EXIT_ERROR if EXIT_ERROR in codes else EXIT_UNKNOWN if EXIT_UNKNOWN in codes else max(codes)
         status = {EXIT_OK: "ok" if args.no_verify else "verified", EXIT_ERROR: "violated"}.get(code, "unknown")
-        rec = file_record(args.file, status, recs)
+        return code, file_record(args.file, status, recs)
+
+    if not args.no_verify:
+        _verify_ahead(args, walk)
+    code, rec = walk()
     if args.format == "json":
         print(json.dumps(rec, indent=2, default=str))
     return code
@@ -215,7 +220,7 @@ def _check_layer(args, layer, defines: dict[str, object], src) -> tuple[int, dic
         code, rec = done[key]
         codes.append(code)
         recs.append(rec)
-    if args.no_test or args.no_verify:
+    if args.no_test or args.no_verify or getattr(args, "_collect", None) is not None:
         problems, tested = [], False
     else:
         problems, tested = check_composition(plan, explicit), True
@@ -283,7 +288,54 @@ def _check_one(args, src, defines: dict[str, object]) -> tuple[int, dict]:
     return code, rec
 
 
+def _verify_ahead(args, walk) -> None:
+    """Verify the distinct (kernel, params) sets this command will verify in parallel workers first
+    (argus/check_pool.py); `walk` then takes each set's text and record from `args._params_done`."""
+    from argus.check_pool import jobs, run_parallel
+
+    n = jobs()
+    if n <= 1:
+        return
+    args._collect = {}
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            walk()
+    except Exception:  # noqa: BLE001 - the ordered walk reports whatever went wrong
+        return
+    finally:
+        todo, args._collect = args._collect, None
+        args.__dict__.pop("_layer_calls_done", None)  # the first walk's placeholders
+    if len(todo) < 2:
+        return
+    done = run_parallel([(key, lambda src=src, d=d: _check_params(args, src, d)) for key, (src, d) in todo.items()],
+                        n)
+    memo = args.__dict__.setdefault("_params_done", {})
+    for key, ((code, rec), text) in done.items():
+        memo[key] = (code, rec, text)
+
+
 def _check_params(args, src, defines: dict[str, object]) -> tuple[int, dict]:
+    """One kernel with one set of params and dims: verified once per command (a set that several routes or
+    layers reach, or that the workers of _verify_ahead verified, is taken from `args._params_done`)."""
+    key = (src.name, repr(sorted(defines.items(), key=lambda kv: kv[0])))
+    collect = getattr(args, "_collect", None)
+    if collect is not None:  # _verify_ahead's first walk: note the set, verify nothing
+        collect.setdefault(key, (src, dict(defines)))
+        return EXIT_OK, {}
+    memo = args.__dict__.setdefault("_params_done", {})
+    if key in memo:
+        code, rec, text = memo[key]
+        if args.format == "text":
+            print(text if text is not None else f"{args.file}: kernel '{src.name}' with these params: as checked "
+                  "above", end="" if text is not None else "\n")
+        memo[key] = (code, rec, None)  # printed now; a second visit says so
+        return code, rec
+    code, rec = _verify_params(args, src, defines)
+    memo[key] = (code, rec, None)
+    return code, rec
+
+
+def _verify_params(args, src, defines: dict[str, object]) -> tuple[int, dict]:
     from argus.interp.budget import check_dims
     from argus.ir.printer import kernel as print_kernel
     from argus.records import lowered_record
