@@ -75,7 +75,9 @@ def test_check_records(capsys):
 
 @pytest.mark.slow
 def test_specialized_check_record(capsys):
-    code, j = emit(capsys, "check", str(EXAMPLES / "gemm_ws.arg"), "--kernel", "gemm_ws", "--no-test", "--no-replay")
+    # --time-limit: on CI's 2 cores this shares them with the other test worker (alone: 3 min with 2 cores)
+    code, j = emit(capsys, "check", str(EXAMPLES / "gemm_ws.arg"), "--kernel", "gemm_ws", "--no-test", "--no-replay",
+                   "--time-limit", "900")
     assert code == 0 and j["status"] == "verified"
     keys("check.specialized", j)
     # gemm_ws.arg's specialize rules: 3 layout routes and 12 split-K routes (layers), 4 routes to gemm_ws_decode,

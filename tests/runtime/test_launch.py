@@ -240,6 +240,33 @@ def test_few_rows_route_to_the_swapped_kernel_on_gpu(m: int, capsys) -> None:
 
 
 @gpu
+@pytest.mark.parametrize("shape, tile", [((1000, 1000, 1000), (64, 128)), ((768, 1536, 520), (64, 256)),
+                                         ((120, 4096, 200), (64, 64))])
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+def test_tile_routes_on_gpu(shape, tile, layout: str) -> None:
+    """The tile rules of gemm_ws.arg (64x128 with BK = 128, 64x256, 64x64, one consumer warpgroup) in
+    every layout, as argus.load(...)(A, B, C) runs them: the tile picked, and the result against float64."""
+    import torch
+
+    import argus
+
+    m, n, k = shape
+    name = {"NN": "gemm_ws", "NT": "linear", "TN": "gemm_tn", "TT": "gemm_tt"}[layout]
+    picked = argus.load(EXAMPLES / "gemm_ws.arg", name).specialized({"M": m, "N": n, "K": k}).params
+    assert (picked["BM"], picked["BN"]) == tile
+    a = torch.randn(k, m, device="cuda").to(torch.bfloat16).t() if layout[0] == "T" else \
+        torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda").to(torch.bfloat16).t() if layout[1] == "T" else \
+        torch.randn(k, n, device="cuda").to(torch.bfloat16)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    argus.load(EXAMPLES / "gemm_ws.arg")(a, b, c)
+    ref = a.double() @ b.double()
+    assert not torch.isnan(c).any()
+    assert float((c.double() - ref).norm() / ref.norm()) < 1e-2
+    assert float(((c.double() - ref).abs() / (ref.abs() + ref.pow(2).mean().sqrt())).max()) < 2 ** -6
+
+
+@gpu
 @pytest.mark.parametrize("shape", [(200, 136, 72), (129, 300, 520), (1000, 264, 1000), (16, 264, 1000), (40, 264, 1000),
                                    (256, 200, 20000)])
 @pytest.mark.parametrize("layout", ["NT", "TN", "TT"])
