@@ -49,7 +49,13 @@ class Variant:
     # "entry": launched exactly as `argus.load(file)(A, B, C)` (its routes included: layers, split-K), with A
     # and B as the layout says: NT passes B = W.t() (W stored [N, K]), TN A = X.t() (X stored [K, M])
     entry: bool = False
+    # "bf16", or "e4m3": 8-bit operands with per-tensor scales (FP8_SCALES), bf16 out, timed against
+    # torch._scaled_mm on the same arrays. 8-bit wgmma reads both operands K-major (and _scaled_mm takes
+    # B column-major), so e4m3 variants are NT: A [M, K], B stored [N, K].
+    dtype: str = "bf16"
 
+
+FP8_SCALES = (0.5, 0.25)  # scale_a, scale_b
 
 VARIANTS = [
     Variant("wgmma", "gemm.arg, MMA=\"wgmma\", eager wgmma wait (cp.async pipeline, 128x128x64, 3 stages)",
@@ -100,6 +106,8 @@ VARIANTS = [
             "examples/gemm_ws.arg", layout="NT", auto=True, entry=True),
     Variant("ws-auto-TN", "gemm_ws.arg as `argus.load(...)(X.t(), B, C)` runs it (A a transposed view: gemm_tn)",
             "examples/gemm_ws.arg", layout="TN", auto=True, entry=True),
+    Variant("ws-auto-TT", "gemm_ws.arg as `argus.load(...)(X.t(), W.t(), C)` runs it (both transposed views: gemm_tt)",
+            "examples/gemm_ws.arg", layout="TT", auto=True, entry=True),
     Variant("linear-auto", "gemm_ws.arg's linear as `argus.load(..., \"linear\")(X, W, Y)` runs it",
             "examples/gemm_ws.arg", layout="NT", auto=True, kernel="linear"),
     # the consumer's stage release one step late (argus/codegen/release_lag.py, the default) against the
@@ -108,6 +116,9 @@ VARIANTS = [
             "examples/gemm_ws.arg", {}, {"release_lag": False}, auto=True),
     Variant("linear-auto-nolag", "linear-auto with each stage released right after its step's wgmmas",
             "examples/gemm_ws.arg", {}, {"release_lag": False}, "NT", auto=True, kernel="linear"),
+    Variant("fp8", "gemm_fp8.arg: e4m3 A [M, K] and B [N, K], per-tensor scales, bf16 out (TMA + wgmma k32, "
+            "warp-specialised, persistent, 128x256x128 bytes, 4 stages)", "examples/gemm_fp8.arg", layout="NT",
+            dtype="e4m3"),
 ]
 
 
@@ -134,13 +145,15 @@ def _entry(v: Variant):
     return argus.load(ROOT / v.file, v.kernel, **v.params)
 
 
-def operands(layout: str, M: int, N: int, K: int, gen=None):
+def operands(layout: str, M: int, N: int, K: int, gen=None, dtype: str = "bf16"):
     """(A, B) for a layout as the kernel's arguments see them ([M, K], [K, N]; a transposed view where the
     layout stores the operand the other way) and the arrays as stored (for the NT baseline, W = B.T)."""
     import torch
 
+    tdt = torch.float8_e4m3fn if dtype == "e4m3" else torch.bfloat16
+
     def rnd(*shape):
-        return torch.randn(shape, device="cuda", generator=gen).to(torch.bfloat16)
+        return torch.randn(shape, device="cuda", generator=gen).to(tdt)
 
     a = rnd(K, M).t() if layout[0] == "T" else rnd(M, K)
     b = rnd(N, K).t() if layout[1] == "T" else rnd(K, N)
@@ -187,7 +200,9 @@ def child_check(key: str) -> int:
             ok &= chk.ok
         return 0 if ok else 1
     gk = _load(v)
-    for M, N, K in CHECK_SHAPES:
+    # 8-bit rows need 16-byte pitches (the kernel's assume): K rounded up to 16 there
+    shapes = CHECK_SHAPES if v.dtype == "bf16" else [(m, n, -(-k // 16) * 16) for m, n, k in CHECK_SHAPES]
+    for M, N, K in shapes:
         dims = {"M": M, "N": N, "K": K}
         one = _load(v, dims) if v.auto else gk
         if one is None:
@@ -229,7 +244,7 @@ def tflops(M: int, N: int, K: int, ms: float) -> float:
     return 2.0 * M * N * K / ms / 1e9
 
 
-def run(variants: list[Variant], shapes: list[tuple[int, int, int]], iters: int) -> dict:
+def run(variants: list[Variant], shapes: list[tuple[int, int, int]], iters: int, partial: str | None = None) -> dict:
     import torch
 
     from argus.dsl.types import DTYPES
@@ -257,10 +272,12 @@ def run(variants: list[Variant], shapes: list[tuple[int, int, int]], iters: int)
             print(f"[{v.key}] built in {time.time() - t0:.1f}s: {r.summary()}, dynamic smem "
                   f"{gk.generated.smem_bytes} B", flush=True)
     out = {"env": env, "variants": {v.key: {"title": v.title, "file": v.file, "params": {**v.params, **v.codegen},
+                                            "dtype": v.dtype,
                                             "resources": [] if v.entry else
                                             [r.summary() for r in kernels[v.key].built.resources.values()]}
                                     for v in variants}, "rows": []}
     bf16 = DTYPES["bf16"]
+    sa, sb = FP8_SCALES
 
     def args_for(v: Variant, x, y, z) -> tuple:
         """A kernel's arguments from the layout's operands (x [M, K] and y [K, N], views where the layout
@@ -269,29 +286,51 @@ def run(variants: list[Variant], shapes: list[tuple[int, int, int]], iters: int)
             return x, y, z
         return x, y.t(), z
 
+    def kwargs_for(v: Variant) -> dict:
+        return {"scale_a": sa, "scale_b": sb} if v.dtype == "e4m3" else {}
+
+    def reference(dtype: str, x, y):
+        ref = x.double() @ y.double()
+        return (ref * (sa * sb) if dtype == "e4m3" else ref).cpu().numpy()
+
+    # the baseline per (dtype, layout): cuBLAS through matmul on the same views (NT: matmul(A, W.T), TN:
+    # matmul(X.T, B)); e4m3: torch._scaled_mm (cuBLASLt) as torch calls it by default, and with
+    # use_fast_accum=True (no periodic promotion of the accumulator, as the wgmma accumulator here) beside it
+    def base_name(g: tuple[str, str]) -> str:
+        dt, lo = g
+        if dt == "e4m3":
+            return "scaled_mm"
+        return "cublas" if lo == "NN" else f"cublas-{lo}"
+
+    scale = {n: torch.tensor(f, device="cuda") for n, f in zip("ab", FP8_SCALES)}
     for M, N, K in shapes:
         picked = {}
         for v in variants:
             if v.auto and not v.entry:  # the params argus.load(...)(A, B, C) would pick for this shape
                 kernels[v.key] = _load(v, {"M": M, "N": N, "K": K})
-        layouts = sorted({v.layout for v in variants})
+        # 8-bit rows: TMA needs 16-byte pitches (gemm_fp8's assume) and torch._scaled_mm dims divisible by 16
+        skip = {"e4m3"} if K % 16 or N % 16 or M % 16 else set()
+        groups = sorted({(v.dtype, v.layout) for v in variants if v.dtype not in skip})
         gen = torch.Generator(device="cuda")
         gen.manual_seed(M * 31 + N * 7 + K)
-        ops = {lo: operands(lo, M, N, K, gen) for lo in layouts}
+        ops = {g: operands(g[1], M, N, K, gen, g[0]) for g in groups}
         checks, refused = {}, {}
         for v in variants:
+            if v.dtype in skip:
+                refused[v.key] = "8-bit operands need M, N and K divisible by 16 (TMA pitches, torch._scaled_mm)"
+                continue
             if kernels[v.key] is None:
                 refused[v.key] = "a route to a layer (run by the entry variants)"
                 continue
-            x, y = ops[v.layout]
+            x, y = ops[(v.dtype, v.layout)]
             c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
             try:
-                kernels[v.key](*args_for(v, x, y, c))
+                kernels[v.key](*args_for(v, x, y, c), **kwargs_for(v))
             except ArgumentError as e:  # the kernel's assume excludes this shape
                 refused[v.key] = str(e).splitlines()[0]
                 continue
             torch.cuda.synchronize()
-            checks[v.key] = compare("C", c.float().cpu().numpy(), (x.double() @ y.double()).cpu().numpy(), bf16)
+            checks[v.key] = compare("C", c.float().cpu().numpy(), reference(v.dtype, x, y), bf16)
             if v.entry:
                 from argus.runtime.arguments import bind_arguments, launch_facts
 
@@ -301,35 +340,60 @@ def run(variants: list[Variant], shapes: list[tuple[int, int, int]], iters: int)
                                                            if n in ("BM", "BN", "BT", "BK", "CONSUMERS", "STAGES",
                                                                     "KCHUNK")}}
             del c
-        x, y = ops["NN"] if "NN" in ops else next(iter(ops.values()))
-        cub = compare("C", torch.matmul(x, y).float().cpu().numpy(), (x.double() @ y.double()).cpu().numpy(), bf16)
-        del ops, x, y
-        set_bytes = (M * K + K * N + M * N) * 2
-        nsets = max(2, min(8, -(-L2_ROTATE_BYTES // set_bytes)))
-        sets = {lo: [(*operands(lo, M, N, K), torch.empty((M, N), device="cuda", dtype=torch.bfloat16))
-                     for _ in range(nsets)] for lo in layouts}
-        # cuBLAS per layout: matmul on the same views (NT: matmul(A, W.T), TN: matmul(X.T, B))
-        base = {lo: "cublas" if lo == "NN" else f"cublas-{lo}" for lo in layouts}
-        fns = {base[lo]: [(lambda x=x, y=y, z=z: torch.matmul(x, y, out=z)) for x, y, z in sets[lo]]
-               for lo in layouts}
+
+        def baseline(g: tuple[str, str], x, y, z, fast: bool = False):
+            if g[0] == "e4m3":
+                return lambda: torch._scaled_mm(x, y, scale_a=scale["a"], scale_b=scale["b"], out_dtype=torch.bfloat16,
+                                                use_fast_accum=fast)
+            return lambda: torch.matmul(x, y, out=z)
+
+        cub = {}
+        for g in groups:
+            x, y = ops[g]
+            got = (torch._scaled_mm(x, y, scale_a=scale["a"], scale_b=scale["b"], out_dtype=torch.bfloat16)
+                   if g[0] == "e4m3" else torch.matmul(x, y))
+            cub[g] = compare("C", got.float().cpu().numpy(), reference(g[0], x, y), bf16)
+        del ops
+        nsets = {}
+        sets = {}
+        for g in groups:
+            set_bytes = (M * K + K * N) * (1 if g[0] == "e4m3" else 2) + M * N * 2
+            nsets[g] = max(2, min(8, -(-L2_ROTATE_BYTES // set_bytes)))
+            sets[g] = [(*operands(g[1], M, N, K, dtype=g[0]), torch.empty((M, N), device="cuda", dtype=torch.bfloat16))
+                       for _ in range(nsets[g])]
+        fns = {base_name(g): [baseline(g, x, y, z) for x, y, z in sets[g]] for g in groups}
+        for g in groups:
+            if g[0] == "e4m3":
+                fns["scaled_mm-fast"] = [baseline(g, x, y, z, fast=True) for x, y, z in sets[g]]
         for v in variants:
             if v.key in checks and checks[v.key].ok:
-                fns[v.key] = [kernels[v.key].prepare(*args_for(v, x, y, z)) for x, y, z in sets[v.layout]]
+                fns[v.key] = [kernels[v.key].prepare(*args_for(v, x, y, z), **kwargs_for(v))
+                              for x, y, z in sets[(v.dtype, v.layout)]]
         times = time_interleaved(fns, iters)
-        line = f"{M}x{N}x{K}: " + ", ".join(f"{base[lo]} {tflops(M, N, K, times[base[lo]].median_ms):6.1f} TF/s"
-                                           for lo in layouts) + f" (rel err {cub.rel_error:.2e})"
+        line = f"{M}x{N}x{K}: " + ", ".join(f"{n} {tflops(M, N, K, times[n].median_ms):6.1f} TF/s"
+                                           for n in fns if n in times and not any(n == v.key for v in variants))
+        line += " (rel err " + ", ".join(f"{base_name(g)} {c.rel_error:.2e}" for g, c in cub.items()) + ")"
         for v in variants:
-            tc = times[base[v.layout]].median_ms
+            g = (v.dtype, v.layout)
+            if g not in sets:
+                out["rows"].append({"variant": v.key, "layout": v.layout, "dtype": v.dtype, "M": M, "N": N, "K": K,
+                                    "ok": True, "refused": refused[v.key], "cublas_ms": None, "cublas_tflops": None})
+                line += f" | {v.key} n/a ({refused[v.key]})"
+                continue
+            tc = times[base_name(g)].median_ms
+            common = {"variant": v.key, "layout": v.layout, "dtype": v.dtype, "M": M, "N": N, "K": K,
+                      "baseline": "torch._scaled_mm" if v.dtype == "e4m3" else "torch.matmul (cuBLAS)",
+                      "cublas_ms": tc, "cublas_tflops": tflops(M, N, K, tc)}
+            if v.dtype == "e4m3":
+                tf = times["scaled_mm-fast"].median_ms
+                common.update(fast_accum_ms=tf, fast_accum_tflops=tflops(M, N, K, tf))
             if v.key in refused:
-                out["rows"].append({"variant": v.key, "layout": v.layout, "dtype": "bf16", "M": M, "N": N, "K": K,
-                                    "ok": True, "refused": refused[v.key], "cublas_ms": tc,
-                                    "cublas_tflops": tflops(M, N, K, tc)})
+                out["rows"].append({**common, "ok": True, "refused": refused[v.key]})
                 line += f" | {v.key} n/a ({refused[v.key]})"
                 continue
             chk = checks[v.key]
-            row = {"variant": v.key, "layout": v.layout, "dtype": "bf16", "M": M, "N": N, "K": K, "ok": chk.ok,
-                   "rel_error": chk.rel_error, "wrong": chk.bad, "nonfinite": chk.nonfinite, "cublas_ms": tc,
-                   "cublas_tflops": tflops(M, N, K, tc), "cublas_rel_error": cub.rel_error}
+            row = {**common, "ok": chk.ok, "rel_error": chk.rel_error, "wrong": chk.bad, "nonfinite": chk.nonfinite,
+                   "cublas_rel_error": cub[g].rel_error}
             if v.key in picked:
                 row["picked"] = picked[v.key]
             elif v.auto:  # the tile params the specialization picked for this shape (and the kernel it routed to)
@@ -342,11 +406,15 @@ def run(variants: list[Variant], shapes: list[tuple[int, int, int]], iters: int)
                 t = times[v.key]
                 row.update(ms=t.median_ms, ms_min=t.min_ms, ms_max=t.max_ms, tflops=tflops(M, N, K, t.median_ms),
                            ratio=tc / t.median_ms)
+                if "fast_accum_ms" in row:
+                    row["ratio_fast_accum"] = row["fast_accum_ms"] / t.median_ms
                 line += f" | {v.key} {row['tflops']:6.1f} ({row['ratio']:.3f})"
             else:
                 line += f" | {v.key} WRONG: {chk.describe()}"
             out["rows"].append(row)
         print(line, flush=True)
+        if partial:  # every finished shape on disk, so a later failure loses nothing measured
+            Path(partial).write_text(json.dumps(out, indent=1))
         del sets, fns
         torch.cuda.empty_cache()
     return out
@@ -359,7 +427,7 @@ def markdown(res: dict, iters: int) -> str:
         "# GEMM: Argus vs cuBLAS",
         "",
         f"Measured {env.get('date')} on {env.get('gpu')}, driver {env.get('driver')}, torch {env.get('torch')}, "
-        f"NVRTC {env.get('nvrtc')}; bf16 inputs, fp32 accumulation, bf16 output.",
+        f"NVRTC {env.get('nvrtc')}; bf16 inputs (e4m3 for the fp8 variants), fp32 accumulation, bf16 output.",
         "",
         "Method (benchmarks/bench_gemm.py): per shape, fresh random inputs and NaN-poisoned outputs, each "
         "variant checked against the float64 product with the interpreter's criterion (relative Frobenius "
@@ -371,7 +439,9 @@ def markdown(res: dict, iters: int) -> str:
         "as a user calls it, with B = W.t() (NT) or A = X.t() (TN) as views, routes and layers included (the "
         "kernel or layer it ran is shown per shape). Argus times include the "
         "padded copies of A and B, and of C when a TMA store writes it, when their rows are not 16-byte aligned "
-        "(8205x5921x2949).",
+        "(8205x5921x2949). fp8 variants: e4m3 A [M, K] and B stored [N, K] (NT: 8-bit wgmma reads both operands "
+        f"K-major), scale_a = {FP8_SCALES[0]}, scale_b = {FP8_SCALES[1]}, against torch._scaled_mm on the same arrays "
+        "as torch calls it (use_fast_accum=False; the ratio); the ratio to use_fast_accum=True is shown beside it.",
         "",
     ]
     for key, v in res["variants"].items():
@@ -379,7 +449,8 @@ def markdown(res: dict, iters: int) -> str:
         lines += [f"## {v['title']}", "", f"`{v['file']}` {v['params'] or ''}  ",
                   "ptxas: " + ("; ".join(v["resources"]) or "per shape (see bench_gemm's log)")
                   + ("  " if counts else ""), *([f"SASS: {counts}"] if counts else []),
-                  "", "| M x N x K | Argus TFLOP/s | cuBLAS TFLOP/s | ratio | rel. error | correct |",
+                  "", f"| M x N x K | Argus TFLOP/s | {'_scaled_mm' if v.get('dtype') == 'e4m3' else 'cuBLAS'} TFLOP/s "
+                  "| ratio | rel. error | correct |",
                   "|---|---:|---:|---:|---:|:---:|"]
         for r in res["rows"]:
             if r["variant"] != key:
@@ -388,7 +459,8 @@ def markdown(res: dict, iters: int) -> str:
             if "picked" in r:
                 shape += " (" + " ".join(f"{n}={val}" for n, val in r["picked"].items()) + ")"
             if "refused" in r:
-                lines.append(f"| {shape} | n/a | {r['cublas_tflops']:.1f} | - | - | {r['refused']} |")
+                base = "-" if r["cublas_tflops"] is None else f"{r['cublas_tflops']:.1f}"
+                lines.append(f"| {shape} | n/a | {base} | - | - | {r['refused']} |")
             elif "tflops" in r:
                 lines.append(f"| {shape} | {r['tflops']:.1f} | {r['cublas_tflops']:.1f} | **{r['ratio']:.3f}** | "
                              f"{r['rel_error']:.2e} | {'yes' if r['ok'] else 'NO'} |")
@@ -398,16 +470,17 @@ def markdown(res: dict, iters: int) -> str:
     best = {}
     for r in res["rows"]:
         if "ratio" in r:
-            key = (r.get("layout", "NN"), r["M"], r["N"], r["K"])
+            key = (r.get("dtype", "bf16"), r.get("layout", "NN"), r["M"], r["N"], r["K"])
             if key not in best or r["ratio"] > best[key]["ratio"]:
                 best[key] = r
     if best:
         lines += ["## Best Argus variant per shape and layout", "",
-                  "| layout | M x N x K | variant | Argus TFLOP/s | cuBLAS TFLOP/s | ratio |",
-                  "|---|---|---|---:|---:|---:|"]
-        for (lo, m, n, k), r in best.items():
-            lines.append(f"| {lo} | {m}x{n}x{k} | {r['variant']} | {r['tflops']:.1f} | {r['cublas_tflops']:.1f} | "
-                         f"{r['ratio']:.3f} |")
+                  "| dtype | layout | M x N x K | variant | Argus TFLOP/s | baseline TFLOP/s | ratio |",
+                  "|---|---|---|---|---:|---:|---:|"]
+        for (dt, lo, m, n, k), r in best.items():
+            fast = (f" ({r['ratio_fast_accum']:.3f} of use_fast_accum=True)" if "ratio_fast_accum" in r else "")
+            lines.append(f"| {dt} | {lo} | {m}x{n}x{k} | {r['variant']} | {r['tflops']:.1f} | "
+                         f"{r['cublas_tflops']:.1f} | {r['ratio']:.3f}{fast} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -428,7 +501,7 @@ def main() -> int:
         variants = checked_variants(__file__, variants, timeout=150)
     if not variants:
         return 1
-    res = run(variants, shapes, args.iters)
+    res = run(variants, shapes, args.iters, partial=args.json)
     res["sass"] = sass_summary(variants)
     Path(args.json).write_text(json.dumps(res, indent=1))
     md = markdown(res, args.iters)
