@@ -37,6 +37,14 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
+def _one_check_worker(monkeypatch):
+    """pytest-xdist already runs one test per core: `argus check` inside a test verifies its (kernel, params)
+    sets one after another (argus/check_pool.py), so timed tests do not share a core with check workers.
+    tests/test_check_pool.py sets its own count."""
+    monkeypatch.setenv("ARGUS_CHECK_JOBS", "1")
+
+
+@pytest.fixture(autouse=True)
 def _private_tune_store(tmp_path_factory, monkeypatch):
     """`argus tune` adds every step to a learning store that later runs read (argus/agent/store.py): each
     test gets its own, so no test learns from another (or from the user's ~/.cache)."""
