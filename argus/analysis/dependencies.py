@@ -196,7 +196,21 @@ def _atoms(t: T.Term, tensor: str) -> list[T.Atom]:
     return out
 
 
+_BOUND: dict = {}  # id(term) -> (names, term): kept alive so that the id is not reused
+
+
 def _bound_below(t: T.Term) -> set[str]:
+    hit = _BOUND.get(id(t))
+    if hit is not None:
+        return hit[0]
+    if len(_BOUND) > 100_000:
+        _BOUND.clear()
+    out = _bound_below_walk(t)
+    _BOUND[id(t)] = (out, t)
+    return out
+
+
+def _bound_below_walk(t: T.Term) -> set[str]:
     out, todo, seen = set(), [t], set()
     while todo:
         x = todo.pop()

@@ -72,8 +72,13 @@ class _Agent:
 
 
 class Executor(TileRules, RingRules):
-    def __init__(self, kernel: ir.Kernel, ctx: Context, decisions: list, trip_cap: dict[int, int]):
+    def __init__(self, kernel: ir.Kernel, ctx: Context, decisions: list, trip_cap: dict[int, int],
+                 witnesses: list | None = None):
         self.k = kernel
+        # models that answered earlier feasibility questions (of any path of this kernel): a question one of
+        # them satisfies is feasible without asking the solver, which is slow to find a model when the index
+        # arithmetic is nonlinear (tile counts times heads) and quick to refute
+        self.witnesses: list = witnesses if witnesses is not None else []
         self.ctx = ctx
         self.prefix = list(decisions)
         self.taken: list = []
@@ -99,9 +104,20 @@ class Executor(TileRules, RingRules):
 
     # ---- decisions (path forking) ----
     def _sat(self, extra) -> z3.CheckSatResult:
-        s = solver(2000)
-        s.add(*self.ctx.constraints, *self.path, extra)
-        return s.check()
+        asked = [*self.ctx.constraints, *self.path, extra]
+        for m in self.witnesses[-WITNESSES:][::-1]:  # the newest first; the new question first
+            if all(z3.is_true(m.eval(f, model_completion=True)) for f in reversed(asked)):
+                return z3.sat
+        s = solver(2000, preprocess=True)
+        s.add(*asked)
+        r = s.check()
+        if r == z3.unknown:  # each pipeline settles queries the other does not (symbolic.PREPROCESS)
+            s = solver(2000)
+            s.add(*asked)
+            r = s.check()
+        if r == z3.sat:
+            self.witnesses.append(s.model())
+        return r
 
     def _decide(self, options: list) -> object:
         i = len(self.taken)
@@ -530,7 +546,7 @@ class Executor(TileRules, RingRules):
                 conds.append(z3.Or(s < 0, s + hi > n))
         if conds:
             self.trace.obligations.append(Obligation(
-                "oob-shared", span, f"view {v.describe()} reaches outside shared buffer '{v.base}' "
+                "oob-shared", span, lambda: f"view {v.describe()} reaches outside shared buffer '{v.base}' "
                 f"{list(shape)}", z3.Or(*conds), [], {}, self.step_snapshot()))
 
     def global_tags(self, v: View) -> object:
@@ -600,7 +616,7 @@ class Executor(TileRules, RingRules):
             first = inflight[0]
             self.trace.obligations.append(Obligation(
                 "async-read-before-wait", span,
-                f"{v.describe()} is read while an async copy into it is still in flight",
+                lambda: f"{v.describe()} is read while an async copy into it is still in flight",
                 bad, self.idx_domain(idx, v.shape), self.idx_vars(idx, "element"), self.step_snapshot(),
                 extra={"copy_span": first.span, "copy_step": first.step, "buffer": v.base, "view": v}))
         thread = MULTI if multi else holders(self.reading_layout, v, False) if self.reading_layout is not None \
@@ -811,6 +827,9 @@ def _bool(v):
     return z3.BoolVal(v) if isinstance(v, bool) else v
 
 
+WITNESSES = 12  # the models an executor tries before it asks the solver
+
+
 def explore(kernel: ir.Kernel, defines: dict[str, object]) -> tuple[list[Trace], list[Context], list[str]]:
     """Every path (up to MAX_PATHS) of the kernel for one symbolic block: traces, their contexts, notes."""
     caps = {k: v.cap for k, v in loop_shapes(kernel).items()}
@@ -818,13 +837,14 @@ def explore(kernel: ir.Kernel, defines: dict[str, object]) -> tuple[list[Trace],
     traces: list[Trace] = []
     contexts: list[Context] = []
     notes: list[str] = []
+    witnesses: list = []
     while todo:
         prefix = todo.pop()
         if len(traces) >= MAX_PATHS:
             notes.append(f"more than {MAX_PATHS} paths: the rest were not explored")
             break
         ctx = Context.create(kernel, defines)
-        ex = Executor(kernel, ctx, prefix, caps)
+        ex = Executor(kernel, ctx, prefix, caps, witnesses)
         try:
             traces.append(ex.run())
         except Unsupported as exc:

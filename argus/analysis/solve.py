@@ -28,9 +28,9 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
         s = solver(timeout_ms)
         s.add(*trace.constraints, *facts)
         s.add(z3.Or(*[z3.And(*ob.domain, ob.bad) for ob in plain]))
-        r = check_split(s, timeout_ms=timeout_ms)
+        r, got = quick_then_split(s, timeout_ms)
         if r == z3.sat:
-            m = s.model()
+            m = got.model()
             hit = next((ob for ob in plain if z3.is_true(m.eval(z3.And(*ob.domain, ob.bad), model_completion=True))),
                        plain[0])
             return VIOLATED, hit, m
@@ -51,13 +51,13 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
         s.add(*trace.constraints, *facts, *ob.domain, ob.bad)
         settled = False
         for _ in range(refinements + 1):
-            r = check_split(s, timeout_ms=timeout_ms)
+            r, got = quick_then_split(s, timeout_ms)
             if r == z3.unsat:
                 settled = True
                 break
             if r == z3.unknown:
                 break
-            m = s.model()
+            m = got.model()
             block = ob.refine(m)
             if block is None:
                 return VIOLATED, ob, m
@@ -78,6 +78,23 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
                 return VIOLATED, ob, s.model()
         status = UNKNOWN
     return status, None, None
+
+
+PREPROCESSED_MS = 1000  # the preprocessed attempt's budget: it answers in milliseconds or not at all
+
+
+def quick_then_split(s: z3.Solver, timeout_ms: int) -> tuple[z3.CheckSatResult, z3.Solver]:
+    """(answer, the solver that gave it) for the assertions of plain solver `s`: first a preprocessing
+    solver (argus.analysis.symbolic.PREPROCESS: a store's footprint query with a reduction's existential,
+    seconds for Z3's default pipeline, milliseconds after it), then, if that answers unknown, `s` itself
+    through check_split with the whole budget (some division-heavy queries only the default pipeline and
+    the bit-vector translation settle). A model is read from the solver returned."""
+    pre = solver(min(PREPROCESSED_MS, timeout_ms), preprocess=True)
+    pre.add(*s.assertions())
+    r = pre.check()
+    if r != z3.unknown:
+        return r, pre
+    return check_split(s, timeout_ms=timeout_ms), s
 
 
 CONTRACT_POINTS = 64  # instances of each quantified assume at most, per batch

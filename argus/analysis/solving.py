@@ -15,15 +15,30 @@ from __future__ import annotations
 import math
 
 import z3
+from z3 import z3core
 
 from argus.analysis import bitblast
 from argus.analysis.symbolic import SOLVER_TIMEOUT_MS, budget, solver
-from argus.analysis.terms import zi
+from argus.analysis.terms import const_names, zi
+
+_LINEAR: dict = {}  # (id of e, id of v) -> (answer, e, v): kept alive so that the ids are not reused
 
 
 def linear(e: z3.ArithRef, v: z3.ArithRef) -> tuple[z3.ArithRef, int] | None:
     """e = c0 + a * v with integer a and c0 free of v, or None."""
     e = zi(e)
+    key = (e.get_id(), v.get_id())
+    hit = _LINEAR.get(key)
+    if hit is not None:
+        return hit[0]
+    if len(_LINEAR) > 100_000:
+        _LINEAR.clear()
+    out = _linear(e, v)
+    _LINEAR[key] = (out, e, v)
+    return out
+
+
+def _linear(e: z3.ArithRef, v: z3.ArithRef) -> tuple[z3.ArithRef, int] | None:
     c0 = z3.simplify(z3.substitute(e, (v, z3.IntVal(0))))
     c1 = z3.simplify(z3.substitute(e, (v, z3.IntVal(1))))
     a = z3.simplify(c1 - c0)
@@ -39,18 +54,7 @@ def linear(e: z3.ArithRef, v: z3.ArithRef) -> tuple[z3.ArithRef, int] | None:
 
 
 def _mentions_var(e, v) -> bool:
-    name = v.decl().name()
-    todo = [e]
-    seen = set()
-    while todo:
-        x = todo.pop()
-        if not isinstance(x, z3.ExprRef) or x.get_id() in seen:
-            continue
-        seen.add(x.get_id())
-        if z3.is_const(x) and x.decl().name() == name:
-            return True
-        todo.extend(x.children())
-    return False
+    return v.decl().name() in const_names(e)
 
 
 def solve(equations: list[tuple[object, object]], bound: tuple, ranges: dict | None = None) -> dict | None:
@@ -275,47 +279,72 @@ def _has_divmod(formulas) -> bool:
 
 
 # Per subterm: (its moduli, whether it divides at all), shared by every query. A query re-asserts the same
-# path constraints hundreds of times and obligations share large subterms, while a Python walk of a DAG
-# costs tens of milliseconds, so each node is summarised once; an entry holds its term, so the id cannot be
-# reused while the entry lives.
+# path constraints hundreds of times and obligations share large subterms, so each node is summarised once.
+# The walk calls Z3's C functions directly (no Python wrapper per node and no error check per call: a
+# million wrapped calls cost more than the solver on a gather GEMM); the nodes it meets are borrowed from
+# the roots, which _ROOTS keeps alive so that no id is reused while its entry lives.
 _EMPTY: tuple[dict, bool] = ({}, False)
-_SCANNED: dict[int, tuple[z3.ExprRef, dict, bool]] = {}
+_SCANNED: dict[int, tuple[dict, bool]] = {}
+_ROOTS: list = []
 _SCAN_CAP = 400_000
+
+
+def _raw(fn):
+    return fn.__defaults__[0].f  # the ctypes function z3core's wrapper calls before its error check
+
+
+_ID, _KIND = _raw(z3core.Z3_get_ast_id), _raw(z3core.Z3_get_ast_kind)
+_NARGS, _ARG = _raw(z3core.Z3_get_app_num_args), _raw(z3core.Z3_get_app_arg)
+_DECL, _DKIND = _raw(z3core.Z3_get_app_decl), _raw(z3core.Z3_get_decl_kind)
+_BODY, _IS_NUM = _raw(z3core.Z3_get_quantifier_body), _raw(z3core.Z3_is_numeral_ast)
+_NUM = _raw(z3core.Z3_get_numeral_string)
 
 
 def _scan(f) -> tuple[dict, bool]:
     if not isinstance(f, z3.ExprRef):
         return _EMPTY
+    ctx = f.ctx.ref()
+    root = f.as_ast()
+    rid = _ID(ctx, root)
+    got = _SCANNED.get(rid)
+    if got is not None:
+        return got
     if len(_SCANNED) >= _SCAN_CAP:
         _SCANNED.clear()
-    stack: list[tuple[z3.ExprRef, list | None]] = [(f, None)]
+        _ROOTS.clear()
+    _ROOTS.append(f)
+    stack: list = [(root, None)]
     while stack:
-        e, kids = stack.pop()
-        key = e.get_id()
-        if key in _SCANNED and kids is None:
-            continue
+        a, kids = stack.pop()
+        key = _ID(ctx, a)
         if kids is None:
-            kids = [e.body()] if z3.is_quantifier(e) else (e.children() if z3.is_app(e) else [])
-            stack.append((e, kids))
-            stack.extend((c, None) for c in kids if c.get_id() not in _SCANNED)
+            if key in _SCANNED:
+                continue
+            kind = _KIND(ctx, a)
+            kids = [_ARG(ctx, a, i) for i in range(_NARGS(ctx, a))] if kind == z3.Z3_APP_AST else \
+                [_BODY(ctx, a)] if kind == z3.Z3_QUANTIFIER_AST else []
+            stack.append((a, kids))
+            stack.extend((c, None) for c in kids if _ID(ctx, c) not in _SCANNED)
             continue
         out: dict = {}
         divides = False
         for c in kids:
-            _, sub, sub_divides = _SCANNED[c.get_id()]  # summarised before its parent (never cleared mid-walk)
+            sub, sub_divides = _SCANNED[_ID(ctx, c)]  # summarised before its parent (never cleared mid-walk)
             divides = divides or sub_divides
             for k, (x, m) in sub.items():
                 out[k] = (x, math.lcm(out.get(k, (x, 1))[1], m))
-        if z3.is_app(e) and e.decl().kind() in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD):
+        if _KIND(ctx, a) == z3.Z3_APP_AST and _DKIND(ctx, _DECL(ctx, a)) in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD):
             divides = True
-            if z3.is_int_value(e.arg(1)):
-                x, c = e.arg(0), e.arg(1).as_long()
-                if c > 1 and z3.is_const(x):
-                    k = x.get_id()
-                    out[k] = (x, math.lcm(out.get(k, (x, 1))[1], c))
-        _SCANNED[key] = (e, out or _EMPTY[0], divides)  # most subterms divide nothing: share one empty dict
-    got = _SCANNED[f.get_id()]
-    return got[1], got[2]
+            x, d = kids
+            if _IS_NUM(ctx, d):
+                c = int(_NUM(ctx, d))
+                if c > 1 and _KIND(ctx, x) == z3.Z3_APP_AST and _NARGS(ctx, x) == 0 \
+                        and _DKIND(ctx, _DECL(ctx, x)) == z3.Z3_OP_UNINTERPRETED:
+                    k = _ID(ctx, x)
+                    xr = z3.z3._to_expr_ref(x, f.ctx)
+                    out[k] = (xr, math.lcm(out.get(k, (xr, 1))[1], c))
+        _SCANNED[key] = (out or _EMPTY[0], divides)  # most subterms divide nothing: share one empty dict
+    return _SCANNED[rid]
 
 
 QUICK_MS = 250  # the integer solver's first try at a query with division: most settle well within it

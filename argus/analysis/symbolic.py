@@ -33,7 +33,9 @@ RLIMIT_PER_MS = 4000
 
 
 def budget(s: z3.Solver, timeout_ms: int) -> z3.Solver:
-    s.set("rlimit", int(timeout_ms) * RLIMIT_PER_MS)
+    # a preprocessing solver spends about three times as long per resource unit here
+    per_ms = RLIMIT_PER_MS // 3 if getattr(s, "preprocess", False) else RLIMIT_PER_MS
+    s.set("rlimit", int(timeout_ms) * per_ms)
     s.set("timeout", int(timeout_ms) * 4)
     if isinstance(s, CheckedSolver):
         s.budget_ms = int(timeout_ms)
@@ -52,8 +54,10 @@ class CheckedSolver(z3.Solver):
 
     RETRIES = 3
 
-    def __init__(self, ctx: z3.Context | None = None) -> None:
-        super().__init__(ctx=ctx)
+    def __init__(self, ctx: z3.Context | None = None, preprocess: bool = False) -> None:
+        ctx = ctx if ctx is not None else z3.main_ctx()
+        super().__init__(solver=_preprocessed(ctx) if preprocess else None, ctx=ctx)
+        self.preprocess = preprocess
         self.budget_ms = SOLVER_TIMEOUT_MS
         self._model: z3.ModelRef | None = None
 
@@ -67,9 +71,9 @@ class CheckedSolver(z3.Solver):
         if holds(m, asked):
             return r
         for seed in range(1, self.RETRIES + 1):
-            s = z3.Solver(ctx=self.ctx)
+            s = z3.Solver(solver=_preprocessed(self.ctx) if self.preprocess else None, ctx=self.ctx)
             s.set("random_seed", seed)
-            s.set("rlimit", self.budget_ms * RLIMIT_PER_MS)
+            s.set("rlimit", self.budget_ms * (RLIMIT_PER_MS // 3 if self.preprocess else RLIMIT_PER_MS))
             s.set("timeout", self.budget_ms * 4)
             s.add(*self.assertions())
             r = s.check(*assumptions)
@@ -84,6 +88,29 @@ class CheckedSolver(z3.Solver):
         return self._model if self._model is not None else super().model()
 
 
+# A `preprocess` solver first simplifies its query and solves its defining equalities
+# away (the canonical coordinates an obligation pins to an element, `c == 128 * block_x + o`), then runs
+# Z3's default SMT core. Z3's own preprocessing skips that when the query has quantifiers (a reduction's
+# existential): the footprint obligations of a FlashAttention store took 0.2-2.5 s each without it and
+# 3-10 ms with it; path feasibility over tile counts times heads (nonlinear) stops timing out. It costs
+# a few milliseconds a query (the pipeline runs afresh each check), so small queries go without it.
+PREPROCESS = ("simplify", "solve-eqs", "smt")
+
+
+_MAIN_TACTIC: list = []  # built once for the main context; a fresh context (one query) builds its own
+
+
+def _preprocessed(ctx: z3.Context):
+    """A new Z3 solver object (the C handle z3.Solver wraps) running PREPROCESS."""
+    if ctx is z3.main_ctx():
+        if not _MAIN_TACTIC:
+            _MAIN_TACTIC.append(z3.Then(*PREPROCESS, ctx=ctx))
+        tactic = _MAIN_TACTIC[0]
+    else:
+        tactic = z3.Then(*PREPROCESS, ctx=ctx)
+    return z3.Z3_mk_solver_from_tactic(ctx.ref(), tactic.tactic)
+
+
 def holds(m: z3.ModelRef, formulas) -> bool:
     """False only when `m` makes one of `formulas` false (a quantified one it cannot decide counts as held)."""
     for f in formulas:
@@ -93,8 +120,8 @@ def holds(m: z3.ModelRef, formulas) -> bool:
     return True
 
 
-def solver(timeout_ms: int = SOLVER_TIMEOUT_MS, ctx: z3.Context | None = None) -> z3.Solver:
-    return budget(CheckedSolver(ctx), timeout_ms)
+def solver(timeout_ms: int = SOLVER_TIMEOUT_MS, ctx: z3.Context | None = None, preprocess: bool = False) -> z3.Solver:
+    return budget(CheckedSolver(ctx, preprocess), timeout_ms)
 
 
 def as_int(v):

@@ -28,15 +28,19 @@ import itertools
 from dataclasses import dataclass, field
 
 import z3
+from z3 import z3core
 from z3.z3core import Z3_get_bool_value, Z3_mk_and, Z3_mk_not, Z3_mk_or
 
 Bool = object  # a z3 BoolRef or a Python bool
 
 
 # ---- booleans that stay Python bools when they can ----
+_BOOL_VALUE = Z3_get_bool_value.__defaults__[0].f  # the C function itself, without z3core's error check
+
+
 def _lit(x) -> int:
     """1 for z3 true, -1 for z3 false, 0 otherwise (one C call: z3.is_true walks the Python wrapper)."""
-    return Z3_get_bool_value(x.ctx.ref(), x.as_ast()) if isinstance(x, z3.BoolRef) else 0
+    return _BOOL_VALUE(x.ctx.ref(), x.as_ast()) if isinstance(x, z3.BoolRef) else 0
 
 
 def b_and(*xs) -> Bool:
@@ -356,24 +360,64 @@ def sum_chains(t: Term, top_only: bool = False) -> dict[object, list[Red]]:
     return out
 
 
-_SENTINEL = None
-_mention_cache: dict = {}
+def _raw(fn):
+    return fn.__defaults__[0].f  # the C function z3core's wrapper calls, without its error check
+
+
+_ID, _KIND = _raw(z3core.Z3_get_ast_id), _raw(z3core.Z3_get_ast_kind)
+_NARGS, _ARG = _raw(z3core.Z3_get_app_num_args), _raw(z3core.Z3_get_app_arg)
+_DECL, _DKIND = _raw(z3core.Z3_get_app_decl), _raw(z3core.Z3_get_decl_kind)
+_DNAME, _SYMSTR = _raw(z3core.Z3_get_decl_name), _raw(z3core.Z3_get_symbol_string)
+_BODY = _raw(z3core.Z3_get_quantifier_body)
+_NO_NAMES: frozenset = frozenset()
+# node id -> the names of the uninterpreted constants below it; the roots are kept alive so that no id is
+# reused while its entry lives (the nodes below a root are borrowed from it)
+_NAMES: dict[int, frozenset] = {}
+_NAME_ROOTS: list = []
+_NAMES_CAP = 400_000
+
+
+def const_names(e) -> frozenset:
+    """The names of the uninterpreted constants in z3 term `e` (a walk of Z3's C structures, each node
+    summarised once across calls: terms share large subterms and are asked about per field and axis)."""
+    if not isinstance(e, z3.ExprRef):
+        return _NO_NAMES
+    ctx = e.ctx.ref()
+    root = e.as_ast()
+    rid = _ID(ctx, root)
+    got = _NAMES.get(rid)
+    if got is not None:
+        return got
+    if len(_NAMES) >= _NAMES_CAP:
+        _NAMES.clear()
+        _NAME_ROOTS.clear()
+    _NAME_ROOTS.append(e)
+    stack: list = [(root, None)]
+    while stack:
+        a, kids = stack.pop()
+        key = _ID(ctx, a)
+        if kids is None:
+            if key in _NAMES:
+                continue
+            kind = _KIND(ctx, a)
+            kids = [_ARG(ctx, a, i) for i in range(_NARGS(ctx, a))] if kind == z3.Z3_APP_AST else \
+                [_BODY(ctx, a)] if kind == z3.Z3_QUANTIFIER_AST else []
+            if not kids and kind == z3.Z3_APP_AST:
+                decl = _DECL(ctx, a)
+                if _DKIND(ctx, decl) == z3.Z3_OP_UNINTERPRETED:
+                    _NAMES[key] = frozenset((_SYMSTR(ctx, _DNAME(ctx, decl)).decode(),))
+                    continue
+            stack.append((a, kids))
+            stack.extend((c, None) for c in kids if _ID(ctx, c) not in _NAMES)
+            continue
+        subs = [_NAMES[_ID(ctx, c)] for c in kids]
+        subs = [x for x in subs if x]
+        _NAMES[key] = _NO_NAMES if not subs else subs[0] if len(subs) == 1 else frozenset().union(*subs)
+    return _NAMES[rid]
 
 
 def mentions(e, names) -> bool:
-    """Does the z3 term `e` mention an integer constant named in `names`? (One native substitution
-    instead of a walk in Python: terms are large and this is asked per field and coordinate.)"""
-    global _SENTINEL
+    """Does the z3 term `e` mention an integer constant named in `names`?"""
     if not isinstance(e, z3.ExprRef) or not names:
         return False
-    key = (e.get_id(), frozenset(names))
-    hit = _mention_cache.get(key)
-    if hit is not None:
-        return hit[0]
-    if _SENTINEL is None:
-        _SENTINEL = z3.Int("__argus_sentinel__")
-    out = not z3.substitute(e, *[(z3.Int(n), _SENTINEL) for n in names]).eq(e)
-    if len(_mention_cache) > 200000:
-        _mention_cache.clear()
-    _mention_cache[key] = (out, e)  # keep e alive so its id is not reused
-    return out
+    return not const_names(e).isdisjoint(names)

@@ -106,7 +106,9 @@ class Obligation:
 
     check: str  # the check's code
     span: Span | None
-    message: str
+    # the message, or a function that builds it: most obligations are proved and never reported, and
+    # printing the z3 terms a message names costs more than building the obligation
+    msg: object
     bad: object  # z3 Bool: a violation
     domain: list  # constraints on the fresh variables
     variables: dict  # name -> z3 term, reported in counterexamples
@@ -116,6 +118,10 @@ class Obligation:
     # bad is an over-approximation: refine(model) says whether a model is a real violation (None) or
     # gives a formula excluding it (the model only satisfies the approximation)
     refine: object = None
+
+    @property
+    def message(self) -> str:
+        return self.msg() if callable(self.msg) else self.msg
 
 
 @dataclass

@@ -33,8 +33,9 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
                 out = z3.And(view.keep(idx), out)
             dom = [c for i, m in zip(idx, view.shape) for c in (i >= 0, i < m)]
             what = "unmasked " if not masked else "indexed axis of a masked "
-            ob = Obligation("oob-global", span, f"{what}{kind} of {view.describe()} reaches outside tensor "
-                            f"'{view.base}'", out, dom, {f"element[{d}]": i for d, i in enumerate(idx)}, step)
+            msg = lambda what=what, kind=kind, view=view: (  # noqa: E731 - built only if reported
+                f"{what}{kind} of {view.describe()} reaches outside tensor '{view.base}'")
+            ob = Obligation("oob-global", span, msg, out, dom, {f"element[{d}]": i for d, i in enumerate(idx)}, step)
             jobs.append((trace, ctx, ob, view, idx, coords, t))
     # the accesses of every path solved side by side where there are cores for it (solve.presolve)
     pre = presolve([(trace, [ob], ctx) for trace, ctx, ob, *_ in jobs])
