@@ -2,6 +2,8 @@
 
     layer gemm_ws_splitk(A: bf16[M, K], B: bf16[K, N], C: bf16[M, N]):
         param KCHUNK = 4096
+        assume(K % 8 == 0)                     # a precondition: checked at each call, and the composition
+                                               # test below draws only dims where it holds
         SPLITS = cdiv(K, KCHUNK)               # an integer of the dims and params
         WS = empty(f32[SPLITS, M, N])          # a workspace, allocated per call beside the arguments
         gemm_splitk(A, B, WS, KCHUNK=KCHUNK)   # a kernel of this file: arguments by position, params by keyword
@@ -99,10 +101,15 @@ def plan_layer(layer: ast.Layer, kernels: Sequence[ast.Kernel]) -> LayerPlan:
     written = {a.name for a in layer.args}  # the layer's arguments hold the caller's data
     workspaces: set[str] = set()
     steps: list[Binding | Workspace | Call] = []
-    hint = ("a layer holds `param`s, integer bindings (`S = cdiv(K, KCHUNK)`), workspaces "
-            "(`WS = empty(f32[S, M, N])`) and calls of this file's kernels (`gemm(A, B, WS, BM=128)`)")
+    hint = ("a layer holds `param`s, `assume(...)` preconditions, integer bindings (`S = cdiv(K, KCHUNK)`), "
+            "workspaces (`WS = empty(f32[S, M, N])`) and calls of this file's kernels (`gemm(A, B, WS, BM=128)`)")
     for s in layer.body:
         if isinstance(s, (ast.Param, ast.Pass)):
+            continue
+        if isinstance(s, ast.ExprStmt) and isinstance(s.expr, ast.Call) and s.expr.func_name == "assume":
+            if len(s.expr.args) != 1 or s.expr.kwargs:
+                raise error("layer", "assume takes one condition", s.expr.span, "e.g. assume(K % 16 == 0)")
+            _int_names(s.expr.args[0], ints, "an assume")  # a precondition on dims, params, scalars and bindings
             continue
         if isinstance(s, ast.Assign) and len(s.targets) == 1:
             name = s.targets[0].id
@@ -270,12 +277,34 @@ def workspace_shape(ws: Workspace, env: dict[str, object]) -> tuple[int, ...]:
 
 # ---- the composition test ----
 
-def composition_dims(layer: ast.Layer, seed: int = 0) -> list[dict[str, int]]:
-    """Dims to test the composition at: all small, then each dim in turn large (a long K, a long row)."""
+def composition_dims(layer: ast.Layer, seed: int = 0, accept=lambda dims: True) -> list[dict[str, int]]:
+    """Dims to test the composition at: all small, then each dim in turn large (a long K, a long row); each
+    set drawn again (up to 400 times) until `accept` (the layer's assumes) holds, and left out if it never does."""
     names = list(dict.fromkeys(d for a in layer.args for d in a.dims or () if isinstance(d, str)))
     rng = random.Random(seed)
-    small = [{n: rng.randint(1, 40) for n in names} for _ in range(2)]
-    return small + [{**small[0], n: 9000 + rng.randint(0, 999)} for n in names]
+
+    def draw(make) -> dict[str, int] | None:
+        for _ in range(400):
+            dims = make()
+            if accept(dims):
+                return dims
+        return None
+
+    small = [d for d in (draw(lambda: {n: rng.randint(1, 40) for n in names}) for _ in range(2)) if d is not None]
+    if not small:
+        return []
+    large = (draw(lambda n=n: {**small[0], n: 9000 + rng.randint(0, 999)}) for n in names)
+    return small + [d for d in large if d is not None]
+
+
+def layer_assume_failed(plan: LayerPlan, env: dict[str, object]) -> ast.Call | None:
+    """The first of the layer's `assume`s that does not hold in `env` (dims, params, scalars, bindings)."""
+    from argus.specialize import assumes, evaluate
+
+    for a in assumes(plan.layer):
+        if not evaluate(a.args[0], env, "an assume"):
+            return a
+    return None
 
 
 def check_composition(plan: LayerPlan, explicit: dict[str, object], *, seed: int = 0,
@@ -288,12 +317,20 @@ def check_composition(plan: LayerPlan, explicit: dict[str, object], *, seed: int
     layer = plan.layer
     problems: list[Diagnostic] = []
     rng = np.random.default_rng(seed)
-    for dims in composition_dims(layer, seed):
+    lp = layer_params(layer, explicit)
+    scalars = {a.name: _scalar_value(a, lp) for a in layer.args if a.dims is None}
+
+    def holds(dims: dict[str, int]) -> bool:  # the composition is tested where the layer's assumes hold
+        return layer_assume_failed(plan, integers(plan, dims, lp, scalars)) is None
+
+    tested = composition_dims(layer, seed, holds)
+    if not tested:
+        return [_problem(f"no dims drawn satisfy the assumes of layer '{layer.name}'", layer.name_span,
+                         "the composition test draws dims of 1..40 and 9000..9999: relax the assume")]
+    for dims in tested:
         sizes = [math.prod(dims[d] if isinstance(d, str) else d for d in a.dims) for a in layer.args if a.dims]
         if sum(sizes) > max_elements:
             continue
-        lp = layer_params(layer, explicit)
-        scalars = {a.name: _scalar_value(a, lp) for a in layer.args if a.dims is None}
         env = integers(plan, dims, lp, scalars)
         arrays = {a.name: _random(a.dtype, tuple(dims[d] if isinstance(d, str) else d for d in a.dims), rng)
                   for a in layer.args if a.dims is not None}
@@ -458,6 +495,13 @@ class Layer:
         dims = self._dims(bound)
         env = integers(self.plan, dims, layer_params(self.node, self.params),
                        {a.name: bound[a.name] for a in self.node.args if a.dims is None and a.name in bound})
+        failed = layer_assume_failed(self.plan, env)
+        if failed is not None:
+            from argus.runtime.arrays import ArgumentError
+
+            values = ", ".join(f"{d}={v}" for d, v in dims.items())
+            raise ArgumentError(f"the precondition at line {failed.span.line} of layer {self.name} (an assume) does "
+                                f"not hold for {values}", failed.span)
         arrays: dict[str, Any] = {a.name: bound[a.name] for a in self.node.args if a.dims is not None}
         host = any(isinstance(v, np.ndarray) for v in arrays.values())
         launches = []

@@ -142,6 +142,29 @@ def test_an_assume_of_a_called_kernel_is_tested_at_the_layers_dims() -> None:
     assert problems[0].span.line == src.splitlines().index("    add_one(T, Z)") + 1
 
 
+def test_a_layers_assume_bounds_its_composition_test_and_its_calls(tmp_path) -> None:
+    # the called kernel needs C <= 64; the layer promises it with its own assume (a precondition)
+    src = SRC.replace("kernel add_one(Y: f32[R, C], Z: f32[R, C]):\n",
+                      "kernel add_one(Y: f32[R, C], Z: f32[R, C]):\n    assume(C <= 64)\n")
+    src = src.replace("    T = empty(f32[R, C])\n", "    assume(C <= 64 and C % 4 == 0)\n    T = empty(f32[R, C])\n")
+    assert check_composition(_plan(src), {}) == []  # only dims where the layer's assume holds are drawn
+    layer = argus.load(_write(tmp_path, src), "twice_plus_one")
+    x = np.random.default_rng(3).standard_normal((9, 20)).astype(np.float32)
+    z = np.full_like(x, np.nan)
+    layer(x, z)
+    np.testing.assert_allclose(z, 2 * x + 1, rtol=1e-6)
+    from argus.runtime.arrays import ArgumentError
+
+    with pytest.raises(ArgumentError, match="precondition at line .* of layer twice_plus_one .* does not hold"):
+        layer(np.zeros((9, 22), np.float32), np.zeros((9, 22), np.float32))
+    # an assume no drawn dims satisfy leaves nothing to test: a located problem, not a silent pass
+    never = src.replace("assume(C <= 64 and C % 4 == 0)", "assume(C == 100001)")
+    problems = check_composition(_plan(never), {})
+    assert problems and "no dims drawn satisfy the assumes of layer 'twice_plus_one'" in problems[0].message
+    with pytest.raises(ArgusError, match="'Q' in an assume"):
+        _plan(src.replace("C % 4 == 0", "Q % 4 == 0"))
+
+
 def test_check_verifies_each_call_and_the_composition(tmp_path, capsys) -> None:
     path = _write(tmp_path)
     assert main(["check", str(path), "--kernel", "twice_plus_one", "--format", "json"]) == 0
