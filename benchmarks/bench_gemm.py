@@ -116,9 +116,15 @@ VARIANTS = [
             "examples/gemm_ws.arg", {}, {"release_lag": False}, auto=True),
     Variant("linear-auto-nolag", "linear-auto with each stage released right after its step's wgmmas",
             "examples/gemm_ws.arg", {}, {"release_lag": False}, "NT", auto=True, kernel="linear"),
-    Variant("fp8", "gemm_fp8.arg: e4m3 A [M, K] and B [N, K], per-tensor scales, bf16 out (TMA + wgmma k32, "
-            "warp-specialised, persistent, 128x256x128 bytes, 4 stages)", "examples/gemm_fp8.arg", layout="NT",
-            dtype="e4m3"),
+    Variant("fp8", "gemm_fp8.arg as `argus.load(...)(A, B, C, scale_a=, scale_b=)` runs it: e4m3 A [M, K] and "
+            "B [N, K], per-tensor scales, bf16 out (TMA + wgmma k32, warp-specialised, persistent, 128x256x128 "
+            "bytes, 4 stages; its `specialize` lines: split-K layer for a long K, swapped operands for few rows, "
+            "64x64 tiles for few tiles)", "examples/gemm_fp8.arg", layout="NT", dtype="e4m3", auto=True, entry=True),
+    Variant("fp8-direct", "gemm_fp8 with its default tiles on every shape (no routes)", "examples/gemm_fp8.arg",
+            layout="NT", dtype="e4m3"),
+    Variant("fp8-decode", "gemm_fp8_decode: few rows, operands' roles swapped (BT=16, BK=256 bytes, 10 stages)",
+            "examples/gemm_fp8.arg", {"BT": 16, "BK": 256, "STAGES": 10}, layout="NT", dtype="e4m3",
+            kernel="gemm_fp8_decode"),
 ]
 
 
@@ -188,14 +194,20 @@ def child_check(key: str) -> int:
         from argus.interp.run import compare
 
         k = _entry(v)
-        for M, N, K in CHECK_SHAPES:
+        fp8 = v.dtype == "e4m3"
+        # 8-bit rows need 16-byte pitches (gemm_fp8's assume): K rounded up to 16 there
+        for M, N, K in CHECK_SHAPES if not fp8 else [(m, n, -(-k // 16) * 16) for m, n, k in CHECK_SHAPES]:
             g = torch.Generator(device="cuda")
             g.manual_seed(M + N + K)
-            a, b = operands(v.layout, M, N, K, g)
+            a, b = operands(v.layout, M, N, K, g, v.dtype)
             c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-            k(a, b, c)
+            if fp8:  # gemm_fp8 takes B as stored, [N, K]
+                k(a, b.t(), c, scale_a=FP8_SCALES[0], scale_b=FP8_SCALES[1])
+            else:
+                k(a, b, c)
             torch.cuda.synchronize()
-            chk = compare("C", c.float().cpu().numpy(), (a.double() @ b.double()).cpu().numpy(), DTYPES["bf16"])
+            ref = (a.double() @ b.double()) * (FP8_SCALES[0] * FP8_SCALES[1] if fp8 else 1.0)
+            chk = compare("C", c.float().cpu().numpy(), ref.cpu().numpy(), DTYPES["bf16"])
             print(f"[{key}] {M}x{N}x{K}: {'ok' if chk.ok else 'FAIL'} {chk.describe()}", flush=True)
             ok &= chk.ok
         return 0 if ok else 1
@@ -281,8 +293,9 @@ def run(variants: list[Variant], shapes: list[tuple[int, int, int]], iters: int,
 
     def args_for(v: Variant, x, y, z) -> tuple:
         """A kernel's arguments from the layout's operands (x [M, K] and y [K, N], views where the layout
-        stores them transposed): entry variants take the views; a direct NT kernel (linear) takes W = y.T."""
-        if v.entry or v.layout == "NN":
+        stores them transposed): gemm_ws's entry variants take the views; a direct NT kernel (linear) and
+        gemm_fp8 take W = y.T."""
+        if v.entry and v.dtype == "bf16" or v.layout == "NN":
             return x, y, z
         return x, y.t(), z
 
@@ -335,7 +348,8 @@ def run(variants: list[Variant], shapes: list[tuple[int, int, int]], iters: int,
                 from argus.runtime.arguments import bind_arguments, launch_facts
 
                 k = kernels[v.key]
-                target = k.specialized(launch_facts(k._lowered(), bind_arguments(k._lowered(), (x, y, c), {})))
+                target = k.specialized(launch_facts(k._lowered(), bind_arguments(k._lowered(), args_for(v, x, y, c),
+                                                                                   kwargs_for(v))))
                 picked[v.key] = {"kernel": target.name, **{n: val for n, val in target.params.items()
                                                            if n in ("BM", "BN", "BT", "BK", "CONSUMERS", "STAGES",
                                                                     "KCHUNK")}}

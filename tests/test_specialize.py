@@ -102,6 +102,26 @@ def test_kernel_call_builds_the_selected_param_set() -> None:
     # few rows go to the decode kernel of the same file (same arguments and reference)
     assert {m: k.specialized({"M": m, "N": 8192, "K": 8192}).name for m in (1, 16, 64, 65)} == \
         {1: "gemm_ws_decode", 16: "gemm_ws_decode", 64: "gemm_ws_decode", 65: "gemm_ws"}
+    # long K over few tiles goes to the split-K layer in every layout (gemm_tt's since 2026-12-04)
+    tt = argus.load(EXAMPLES / "gemm_ws.arg", "gemm_tt").specialized({"M": 256, "N": 256, "K": 262144})
+    assert tt.name == "gemm_tt_splitk" and tt.params == {"KCHUNK": 8192, "CONSUMERS": 2}
+
+
+def test_gemm_fp8_routes_by_shape_class() -> None:
+    """gemm_fp8.arg's routes (measured on the H200 2026-12-04): split-K over chunks of at most 32768 for a long
+    K (which also keeps the 8-bit wgmma's short accumulation exact enough), swapped operands for few rows,
+    64x64 tiles for few tiles."""
+    k = argus.load(EXAMPLES / "gemm_fp8.arg")
+    got = {s: (r.name, r.params) for s in [(256, 256, 262144), (16, 8192, 8192), (64, 8192, 8192), (128, 4096, 4096),
+                                           (8192, 8192, 8192), (128, 128, 8388608)]
+           for r in [k.specialized(dict(zip("MNK", s)))]}
+    assert got == {(256, 256, 262144): ("gemm_fp8_splitk", {"KCHUNK": 8192}),
+                   (16, 8192, 8192): ("gemm_fp8_decode", {"BT": 16, "BK": 256, "STAGES": 10}),
+                   (64, 8192, 8192): ("gemm_fp8_decode", {"BT": 64, "BK": 256, "STAGES": 6}),
+                   (128, 4096, 4096): ("gemm_fp8", {"BM": 64, "BN": 64, "BK": 256, "CONSUMERS": 1, "STAGES": 6}),
+                   (8192, 8192, 8192): ("gemm_fp8", {}),
+                   # past 132 chunks of 32768 no split route applies: the plain kernel (less exact at this K)
+                   (128, 128, 8388608): ("gemm_fp8", {"BM": 64, "BN": 64, "BK": 256, "CONSUMERS": 1, "STAGES": 6})}
 
 
 @pytest.mark.slow
