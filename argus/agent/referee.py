@@ -158,7 +158,7 @@ def full_check(backend: Backend, compiled, ref, dims: dict[str, int], kind: str,
     from the run's input provider; default fresh random data)."""
     from argus.dsl.diagnostics import ArgusError
     from argus.dsl.reference import evaluate_reference
-    from argus.interp.run import compare, make_arrays, reference_env, resolve_scalars
+    from argus.interp.run import compare, make_arrays, reference_env, resolve_scalars, working_dtype
 
     if arrays is None:
         arrays = make_arrays(ref, dims, rng)  # fresh inputs; outputs poisoned (NaN / -1)
@@ -179,7 +179,8 @@ def full_check(backend: Backend, compiled, ref, dims: dict[str, int], kind: str,
         if o not in got:
             res.append({"name": o, "ok": False, "error": "output not returned"})
             continue
-        res.append(_describe_check(compare(o, np.asarray(got[o]), want[o], ref.tensor(o).dtype)))
+        # the tolerance of the trusted start's working type: a candidate cannot loosen it with a cast of its own
+        res.append(_describe_check(compare(o, np.asarray(got[o]), want[o], working_dtype(ref, o))))
     ok = all(r["ok"] for r in res)
     return {**base, "ok": ok, "outputs": res, "error": "", "verdict": "" if ok else "wrong"}
 
@@ -191,7 +192,7 @@ def timed_check(backend: Backend, compiled, ref, cand, refs, dims: dict[str, int
     from argus.agent.sampling import big_inputs, choose_indices, compare_sample, sample_blocks
     from argus.dsl.diagnostics import ArgusError
     from argus.interp.machine import grid_size
-    from argus.interp.run import resolve_scalars
+    from argus.interp.run import resolve_scalars, working_dtype
 
     base = {"dims": dims, "hidden": False, "kind": "timed", "outputs": []}
     scalars = resolve_scalars(ref, dims)
@@ -242,7 +243,7 @@ def timed_check(backend: Backend, compiled, ref, cand, refs, dims: dict[str, int
             return {**base, "ok": False, "verdict": "unchecked", "sample": info,
                     "error": f"{o}: the reference is too large to sample at this shape, so the referee cannot "
                     "check (and will not time) it; choose smaller target shapes"}
-        res = compare_sample(out, refs.sample(pristine, dims, o, select), ref.tensor(o).dtype, live)
+        res = compare_sample(out, refs.sample(pristine, dims, o, select), working_dtype(ref, o), live)
         compared += res["compared"]
         if res["wrong"]:
             idx, val, want = res["first_wrong"]

@@ -118,7 +118,10 @@ class SlicedReference:
             return self._sliceable[output]
         from argus.interp.run import make_arrays
 
-        names = self._dim_names(output)
+        # A dim of size 1 at the probe has no proper subset to slice it to, so nothing shows whether slicing it
+        # changes the reference (decode attention's NS: one_hot(arange(SKV) // CHUNK, NS) over a sliced NS is
+        # another split): such a dim is not sliceable.
+        names = tuple(d for d in self._dim_names(output) if probe.get(d, 0) >= 2)
         # Random integers would make a routing-dependent reference look sliceable (expert_of_rows over
         # garbage offsets maps every row alike): probe with the provider's inputs when there are some.
         arrays = self.probe_arrays if self.probe_arrays is not None else make_arrays(self.k, probe, rng)

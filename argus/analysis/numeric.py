@@ -20,7 +20,6 @@ import z3
 from argus.analysis import terms as T
 from argus.analysis.symbolic import solver
 from argus.dsl.diagnostics import ArgusError
-from argus.dsl.types import TileT
 from argus.ir import nodes as ir
 from argus.ir.transform import walk
 
@@ -59,19 +58,6 @@ class NumericTier:
             dims = " ".join(f"{k}={v}" for k, v in t.dims.items())
             out.append(f"  tested at {dims}: {'ok' if t.ok else 'WRONG'} ({t.summary})")
         return out
-
-
-def working_dtype(kernel: ir.Kernel, out: str):
-    """The least precise float type a value takes on its way to any output: the output's own, or a tile
-    cast to a narrower float (cast(p, bf16) before an mma)."""
-    from argus.interp.numerics import element_tolerance
-
-    best = kernel.tensor(out).dtype
-    for e in walk(kernel.body):
-        if isinstance(e, ir.Math) and e.fn == "cast" and isinstance(e.type, TileT) and e.type.dtype.is_float:
-            if element_tolerance(e.type.dtype) > element_tolerance(best):
-                best = e.type.dtype
-    return best
 
 
 def tiled_dims(kernel: ir.Kernel) -> set[str]:
@@ -131,7 +117,7 @@ def numeric_tier(kernel: ir.Kernel, defines: dict, contexts, seed: int = 1234) -
     from argus.analysis.contract_inputs import inputs_for
     from argus.dsl.reference import evaluate_reference
     from argus.interp.machine import execute
-    from argus.interp.run import compare, reference_env, resolve_scalars
+    from argus.interp.run import compare, reference_env, resolve_scalars, working_dtype
 
     if kernel.reference is None:
         return NumericTier(skipped="no reference: block")

@@ -9,10 +9,12 @@ import numpy as np
 
 from argus.dsl.diagnostics import error
 from argus.dsl.reference import evaluate_reference
+from argus.dsl.types import TileT
 from argus.interp.budget import check_dims, check_fits, paced_blocks
 from argus.interp.machine import execute, grid_size
 from argus.interp.numerics import element_tolerance, round_to, storage_dtype, tolerance
 from argus.ir import nodes as ir
+from argus.ir.transform import walk
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,18 @@ def make_arrays(kernel: ir.Kernel, dims: dict[str, int], rng: np.random.Generato
     return arrays
 
 
+def working_dtype(kernel: ir.Kernel, out: str):
+    """The least precise float type a value takes on its way to any output: the output's own, or a tile
+    cast to a narrower float (cast(p, bf16) before an mma). An output is held to this type's tolerance
+    (an fp32 output computed through a bf16 P cannot be more exact than bf16)."""
+    best = kernel.tensor(out).dtype
+    for e in walk(kernel.body):
+        if isinstance(e, ir.Math) and e.fn == "cast" and isinstance(e.type, TileT) and e.type.dtype.is_float:
+            if element_tolerance(e.type.dtype) > element_tolerance(best):
+                best = e.type.dtype
+    return best
+
+
 def compare(name: str, out: np.ndarray, ref, dtype, strict: bool = False) -> OutputCheck:
     """`strict` halves the per-element bound (replay: one missing product term must show)."""
     out64 = np.asarray(out, dtype=np.float64)
@@ -155,5 +169,5 @@ def run_interp(kernel: ir.Kernel, defines: dict[str, object], seed: int | None =
     execute(kernel, arrays, dims, scalars, blocks=paced_blocks(kernel, grid, dims))
     seconds = time.perf_counter() - t0
     ref_env = evaluate_reference(kernel.reference, env)
-    checks = tuple(compare(o, arrays[o], ref_env[o], kernel.tensor(o).dtype) for o in kernel.outputs)
+    checks = tuple(compare(o, arrays[o], ref_env[o], working_dtype(kernel, o)) for o in kernel.outputs)
     return RunResult(checks, seconds, arrays, {o: np.asarray(ref_env[o]) for o in kernel.outputs}, dims)

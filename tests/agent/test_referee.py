@@ -150,3 +150,33 @@ def test_sampled_blocks_include_the_edges():
     assert sample_blocks((1,), rng, 3) == [(0,)]
     picks = sample_blocks((132,), rng, 3)
     assert picks[:2] == [(0,), (131,)] and len(picks) == 3 and len(set(picks)) == 3
+
+
+ROUNDED = """
+kernel rounded(X: f32[M, N], Y: f32[M, N]):
+    param BM = 16
+    param BN = 64
+    launch grid=(cdiv(M, BM), cdiv(N, BN)), threads=128
+    r = block_id(0)
+    c = block_id(1)
+    x = load(X[r * BM : +BM, c * BN : +BN])
+    store(Y[r * BM : +BM, c * BN : +BN], cast(cast(x, bf16), f32) * 2.0)
+reference:
+    Y = X * 2
+"""
+
+
+def test_an_output_computed_through_bf16_is_held_to_bf16s_tolerance():
+    # an fp32 output that passes through bf16 on its way (as decode attention's OP through its bf16 P) is as
+    # exact as bf16, not fp32: the interpreter's run, `argus check`'s numeric tier and the referee agree
+    from argus.dsl.parser import parse
+    from argus.interp.run import run_interp
+    from argus.ir.build import build_kernel
+
+    k = build_kernel(parse(ROUNDED, "rounded.arg").kernels[0], {})
+    assert all(c.ok for c in run_interp(k, {"M": 40, "N": 100}, seed=0).checks)
+    start = Candidate.make(ROUNDED, {})
+    r = Referee(InterpBackend(), start, RefereeConfig(({"M": 32, "N": 64}, {"M": 40, "N": 100}),
+                                                      ({"M": 1024, "N": 1024},), hidden=1))
+    ev = r.evaluate(start, seed=1)
+    assert ev.ok, ev.message

@@ -43,3 +43,18 @@ def test_unaffordable_samples_shrink_then_give_up():
     refs = SlicedReference(gemm_with_reference("A @ B + arange(M)[:, None]"), {})
     big = {"M": 1 << 20, "N": 1 << 20, "K": 1 << 20}
     assert choose_indices({"N": np.arange(64)}, big, refs, np.random.default_rng(2)) is None
+
+
+def test_a_dim_of_size_one_at_the_probe_is_not_sliced():
+    """Decode attention's NS is 1 at small shapes; its reference's one_hot(arange(SKV) // CHUNK, NS) over a
+    sliced NS would be another split, so a probe that cannot slice NS must not call it sliceable."""
+    from argus.dsl.parser import parse
+    from argus.ir.build import build_kernel
+    from tests.conftest import EXAMPLES
+
+    node = next(k for k in parse((EXAMPLES / "decode_attention.arg").read_text(), "d.arg").kernels
+                if k.name == "decode_split")
+    refs = SlicedReference(build_kernel(node, {}), {})
+    probe = {"B": 2, "H": 8, "D": 128, "HKV": 1, "SKV": 150, "NS": 1}
+    found = refs.sliceable("OP", probe, np.random.default_rng(0))
+    assert "NS" not in found and "B" in found
