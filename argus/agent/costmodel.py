@@ -131,9 +131,17 @@ def model(kernel: ir.Kernel, dims: dict[str, int], useful_flops: float, m: Machi
     s = f.main
     if s is None or f.ksteps == 0:
         # No tensor-core loop: a bandwidth-only estimate from the bytes the kernel moves.
-        t = (f.copy_bytes_per_tile + f.store_bytes_per_tile) * f.tiles / m.hbm_bytes_per_s.value
-        t += m.launch_overhead_s.value
-        return CostEstimate(t, 0.0, {"hbm": t}, "hbm", res, None, 1.0, ("no mma: bandwidth estimate only",))
+        # Bytes at HBM bandwidth, or the CUDA cores' elementwise work (and the SFU's) when that takes longer:
+        # a product done with elementwise outer products is bound by its arithmetic, not its reads.
+        moved = f.copy_bytes_per_tile + f.load_bytes_per_tile + f.store_bytes_per_tile
+        t_hbm = moved * f.tiles / m.hbm_bytes_per_s.value
+        per_s = m.clock_hz.value * m.sms
+        t_alu = f.alu_per_tile * f.tiles / (m.alu_ops_per_clk_per_sm * per_s)
+        t_sfu = 2.0 * f.mufu_per_tile * f.tiles / (m.sfu_ops_per_clk_per_sm * per_s)
+        t = max(t_hbm, t_alu, t_sfu) + m.launch_overhead_s.value
+        bound = "hbm" if t_hbm >= max(t_alu, t_sfu) else "alu" if t_alu >= t_sfu else "sfu"
+        return CostEstimate(t, 0.0, {"hbm": t_hbm, "alu": t_alu, "sfu": t_sfu}, bound, res, None, 1.0,
+                            ("no mma: bandwidth and CUDA-core estimate only",))
     sms = m.sms
     # Blocks that really share an SM: the occupancy limit, unless there are too few blocks to fill it.
     launched = (f.grid[0] if f.grid else f.blocks) if f.persistent else f.blocks
@@ -180,7 +188,7 @@ def model(kernel: ir.Kernel, dims: dict[str, int], useful_flops: float, m: Machi
     t_sync = 0.0 if f.warp_specialised else r * m.block_sync_s.value
     t_round += t_sync
     hbm_share = m.hbm_bytes_per_s.value / sms
-    epi = r * f.store_bytes_per_tile / hbm_share + 0.3e-6
+    epi = r * (f.store_bytes_per_tile + f.load_bytes_per_tile) / hbm_share + 0.3e-6  # bias, residual, Q reads
     fill = lat + 0.5e-6  # first stage's latency plus block start-up, per tile
     if f.persistent:
         g = max(1, launched)
@@ -201,7 +209,7 @@ def model(kernel: ir.Kernel, dims: dict[str, int], useful_flops: float, m: Machi
     over = max(0.0, wave.unique_bytes - m.l2_bytes.value) / m.l2_bytes.value
     hbm_wave = min(wave.total_bytes, wave.unique_bytes * (1.0 + 0.1 * over))
     n_waves = max(1.0, f.tiles / max(1, wave.tiles))
-    t_hbm = (hbm_wave * n_waves + f.store_bytes_per_tile * f.tiles) / m.hbm_bytes_per_s.value
+    t_hbm = (hbm_wave * n_waves + (f.store_bytes_per_tile + f.load_bytes_per_tile) * f.tiles) / m.hbm_bytes_per_s.value
     # DRAM traffic overlaps the main loop only partly (it contends for L2 with the operand reads).
     total = max(t_main, t_hbm) + 0.1 * min(t_main, t_hbm) + m.launch_overhead_s.value
     terms = {"tensor": t_c * f.ksteps * waves, "smem": t_s * f.ksteps * waves, "l2": t_g * f.ksteps * waves,

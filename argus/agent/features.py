@@ -101,6 +101,8 @@ class Features:
     env: tuple[tuple[str, int], ...]  # dims, params and top-level scalars evaluated (for wave simulation)
     mma_flops_per_tile: float = 0.0  # every mma of a tile (all sites), averaged over sampled blocks
     mufu_per_tile: float = 0.0  # transcendental tile elements (exp, exp2, log, ...) per tile: the SFU's work
+    load_bytes_per_tile: int = 0  # global -> register bytes one tile reads (`load`: not staged in shared memory)
+    alu_per_tile: float = 0.0  # elementwise tile operations per tile (CUDA cores: outside the tensor cores)
 
     @property
     def main(self) -> MmaSite | None:
@@ -181,6 +183,8 @@ class _Counter:
         self.copy_bytes = 0
         self.by_tensor: dict[str, float] = {}
         self.store_bytes = 0
+        self.load_bytes = 0.0  # global -> register reads (`load(...)`): a bandwidth-bound kernel's inputs
+        self.alu = 0.0  # elementwise tile operations on the CUDA cores (one per element and operator)
         self.persistent_trips: int | None = None
         self.top_env: dict[str, int] = {}  # scalars known before the first loop or role
         self.per_block: set[str] = set()  # names whose value differs between blocks
@@ -190,8 +194,19 @@ class _Counter:
         return any((isinstance(x, ir.Special) and x.kind == "block_id") or
                    (isinstance(x, ir.Var) and x.name in self.per_block) for x in _exprs(e))
 
+    def _loads(self, s, mult: float) -> None:
+        for e in _exprs(s):
+            if isinstance(e, ir.Load) and e.ref is not None and e.ref.space == "global":
+                self.load_bytes += mult * math.prod(e.ref.shape) * e.ref.dtype.bytes
+            elif isinstance(e, (ir.Bin, ir.Un, ir.Cmp, ir.Select, ir.Math)) and isinstance(e.type, TileT):
+                self.alu += mult * math.prod(e.type.shape)
+            elif isinstance(e, ir.Reduce) and isinstance(getattr(e.x, "type", None), TileT):
+                self.alu += mult * math.prod(e.x.type.shape)  # every input element is combined once
+
     def run(self, stmts, mult: float = 1.0) -> None:
         for s in stmts:
+            if isinstance(s, (ir.Let, ir.Store, ir.Copy)):  # a Copy's source may be a `load` (through registers)
+                self._loads(s, mult)
             if isinstance(s, ir.Let):
                 if self._per_block(s.value):
                     self.per_block.add(s.name)
@@ -256,6 +271,8 @@ class _Counter:
                     sub.per_block = set(self.per_block)
                     sub.run(s.body, mult)
                     self.copy_bytes += sub.copy_bytes
+                    self.load_bytes += sub.load_bytes
+                    self.alu += sub.alu
                     self.persistent_trips = self.persistent_trips or sub.persistent_trips
                     for k, v in sub.by_tensor.items():
                         self.by_tensor[k] = self.by_tensor.get(k, 0) + v
@@ -265,7 +282,7 @@ class _Counter:
         sub = _Counter(dict(self.env))
         sub.per_block = set(self.per_block)
         sub.run(stmts, mult)
-        return sub.mma, sub.copy_bytes + sub.store_bytes
+        return sub.mma, sub.copy_bytes + sub.store_bytes + sub.load_bytes
 
 
 def _panels(kernel: ir.Kernel, env: dict[str, int]) -> dict[str, tuple]:
@@ -403,7 +420,8 @@ def extract(kernel: ir.Kernel, dims: dict[str, int]) -> Features:
         panel_bytes=tuple(sorted((k, int(v)) for k, v in counter.by_tensor.items())),
         store_bytes_per_tile=int(counter.store_bytes), env=tuple(sorted(
             (k, v) for k, v in counter.top_env.items() if isinstance(v, (int, float)) and not isinstance(v, bool))),
-        mma_flops_per_tile=avg(lambda c: c.mma_flops), mufu_per_tile=avg(lambda c: c.mufu))
+        mma_flops_per_tile=avg(lambda c: c.mma_flops), mufu_per_tile=avg(lambda c: c.mufu),
+        load_bytes_per_tile=int(avg(lambda c: c.load_bytes)), alu_per_tile=avg(lambda c: c.alu))
 
 
 def _sample_blocks(grid: list[int]) -> list[tuple[int, ...]]:

@@ -42,6 +42,7 @@ class Machine:
     # 284 with mma.sync (1 block), where the model without this term gave 655 and 391.
     block_sync_s: Figure = Figure(0.24e-6, "s", True, "issue + block barrier per k-step, non-specialised")
     sfu_ops_per_clk_per_sm: int = 16  # special-function units (exp2, rsqrt): 4 per SM sub-partition
+    alu_ops_per_clk_per_sm: int = 128  # FP32 lanes (CUDA cores): 32 per SM sub-partition
 
 
 H200 = Machine(
