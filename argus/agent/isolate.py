@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import faulthandler
 import multiprocessing as mp
+import os
 import signal
 import time
 import traceback
@@ -45,8 +46,29 @@ class ChildResult:
         return "ok"
 
 
+def _own_group() -> None:
+    """Lead a process group of one's own, so that the parent's kill reaches the processes this one starts
+    (the verifier's worker pool): killed alone, a timed-out child left them running past the tune run."""
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+
+
+def kill_tree(proc) -> None:
+    """SIGKILL a child started here and every process in its group (its own children), then reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass  # the group is gone (or not yet made: the child itself is all there is)
+    if proc.is_alive():
+        proc.kill()
+    proc.join(5)
+
+
 def _child(conn, fn, args, kwargs, limits: Limits) -> None:
     faulthandler.disable()  # a candidate's crash is an expected outcome, reported by the parent
+    _own_group()
     try:
         enter(limits)
         value = fn(*args, **kwargs)
@@ -96,9 +118,7 @@ class Pending:
 
     def cancel(self) -> None:
         """Stop a child whose result is no longer wanted (a no-op once waited for)."""
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(5)
+        kill_tree(self.proc)
         self.recv.close()
 
     def wait(self) -> ChildResult:
@@ -113,13 +133,12 @@ class Pending:
         finally:
             recv.close()
         if msg is None and proc.is_alive() and time.perf_counter() - t0 >= timeout_s * 0.999:
-            proc.kill()
-            proc.join(5)
+            kill_tree(proc)
             return ChildResult("timeout", seconds=time.perf_counter() - t0, exitcode=proc.exitcode)
         proc.join(max(1.0, timeout_s - (time.perf_counter() - t0)))
-        if proc.is_alive():
-            proc.kill()
-            proc.join(5)
+        alive = proc.is_alive()
+        kill_tree(proc)  # also whatever it started and left behind (a verifier pool past its own deadline)
+        if alive:
             if msg is None:
                 return ChildResult("timeout", seconds=time.perf_counter() - t0, exitcode=proc.exitcode)
         dt = time.perf_counter() - t0
@@ -141,6 +160,7 @@ def _result(msg, seconds: float, exitcode: int | None = None) -> ChildResult:
 def _serve(conn, after_job) -> None:
     """A Worker's child: run jobs until the parent closes the pipe."""
     faulthandler.disable()
+    _own_group()
     while True:
         try:
             fn, args, kwargs, timeout_s = conn.recv()
@@ -210,7 +230,5 @@ class Worker:
             self._conn.close()
             self._conn = None
         if self._proc is not None:
-            if self._proc.is_alive():
-                self._proc.kill()
-            self._proc.join(5)
+            kill_tree(self._proc)
             self._proc = None
