@@ -318,6 +318,46 @@ def gemm_bias_gelu_case(m: int, n: int, k_: int) -> Case:
                 compiled=[lambda s=s: fn(s["A"], s["B"], s["Bias"]) for s in sets])
 
 
+def linear_epilogue_case(which: str, m: int, n: int, k_: int) -> Case:
+    """gemm_epilogue.arg's linear epilogues (W stored [N, K]) against torch's F.linear and the op after it:
+    gelu(F.linear(x, W, b)); F.linear(x, W, b) + r; F.linear in fp32 out (torch: the bf16 result cast)."""
+    import torch
+    import torch.nn.functional as F
+
+    name, params = {"gelu": ("linear_bias_act", {"ACT": "gelu"}), "residual": ("linear_bias_residual", {}),
+                    "f32": ("linear_bias_f32", {})}[which]
+    k = kernel("gemm_epilogue.arg", name, {"M": m, "N": n, "K": k_}, **params)
+    out_dtype = torch.float32 if which == "f32" else torch.bfloat16
+
+    def make():
+        s = {"X": randn(m, k_, scale=0.05), "W": randn(n, k_, scale=0.05), "Bias": randn(n),
+             "Y": torch.empty(m, n, device="cuda", dtype=out_dtype)}
+        if which == "residual":
+            s["R"] = randn(m, n)
+        return s
+
+    def torch_fn(s):
+        y = F.linear(s["X"], s["W"], s["Bias"])
+        if which == "gelu":
+            return F.gelu(y)
+        if which == "residual":
+            return y + s["R"]
+        return y.float()
+
+    def check():
+        s = make()
+        s["Y"].fill_(float("nan"))
+        k(**s)
+        torch.cuda.synchronize()
+        ref = s["X"].double() @ s["W"].double().t() + s["Bias"].double()
+        ref = F.gelu(ref) if which == "gelu" else (ref + s["R"].double() if which == "residual" else ref)
+        return [compare("Y", s["Y"], ref, "f32" if which == "f32" else "bf16")]
+
+    sets = rotate(make, 2.0 * (m * k_ + k_ * n + 2 * m * n))
+    return Case(f"{m}x{n}x{k_}", [k.prepare(**s) for s in sets], [lambda s=s: torch_fn(s) for s in sets], check,
+                flops=2.0 * m * n * k_, params={"kernel": name, **params})
+
+
 def bmm_case(batch: int, m: int, n: int, k_: int) -> Case:
     import torch
 
@@ -517,6 +557,15 @@ OPS: dict[str, tuple[str, Callable[..., Case], list[tuple]]] = {
              [(8, 4096, 32, 128), (1, 32768, 32, 128), (16, 2048, 8, 64)]),
     "gemm_bias_gelu": ("GEMM + bias + GELU (examples/gemm_epilogue.arg) vs gelu(addmm)", gemm_bias_gelu_case,
                        [(4096, 4096, 4096), (8192, 8192, 4096), (2048, 14336, 4096)]),
+    "linear_gelu": ("gelu(x @ W.T + b) (linear_bias_act of examples/gemm_epilogue.arg) vs gelu(F.linear)",
+                    lambda m, n, k: linear_epilogue_case("gelu", m, n, k),
+                    [(8192, 14336, 4096), (4096, 4096, 4096), (128, 4096, 4096)]),
+    "linear_residual": ("x @ W.T + b + r (linear_bias_residual of examples/gemm_epilogue.arg) vs F.linear + r",
+                        lambda m, n, k: linear_epilogue_case("residual", m, n, k),
+                        [(8192, 4096, 14336), (4096, 4096, 4096), (128, 4096, 4096)]),
+    "linear_f32": ("x @ W.T + b in fp32 (linear_bias_f32 of examples/gemm_epilogue.arg) vs F.linear(...).float()",
+                   lambda m, n, k: linear_epilogue_case("f32", m, n, k),
+                   [(8192, 4096, 4096), (4096, 32000, 4096)]),
     "bmm": ("batched GEMM (examples/bmm.arg) vs torch.bmm", bmm_case,
             [(16, 2048, 2048, 2048), (64, 1024, 1024, 1024), (8, 4096, 4096, 1024)]),
     "linear": ("x @ W.T (linear of examples/gemm_ws.arg) vs F.linear", linear_case,
