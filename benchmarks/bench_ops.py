@@ -4,7 +4,7 @@
     python3 benchmarks/bench_ops.py                          # every op and shape; writes benchmarks/RESULTS.md
     python3 benchmarks/bench_ops.py --ops softmax,rmsnorm --iters 10 --md -
 
-Ops: softmax (whole rows; rows longer than a block through softmax_stats + softmax_normalize), rmsnorm,
+Ops: softmax (whole rows; rows past 8192 columns through softmax_looped), rmsnorm,
 layernorm, transpose, rope, gemm_bias_gelu (examples/gemm_epilogue.arg), bmm, linear (x @ W.T), gemm_fp8, moe_route,
 decode attention (split-KV decode_split + decode_combine) and split-K GEMM (gemm_ws.arg's layer gemm_ws_splitk);
 each against torch eager and, where it applies, torch.compile of the same torch code.
@@ -109,14 +109,18 @@ def randn(*shape, dtype=None, scale: float = 1.0):
 # ---- memory-bound ops --------------------------------------------------------------------------------
 
 
-def _row_params(n: int, wide_from: int | None = None) -> dict:
-    """Whole rows in one block: BN the row rounded up to a power of two, one 16-byte vector per thread --
-    two from `wide_from` columns on: fewer registers per block, so two blocks share an SM (chosen from
-    benchmarks/probes/ops_variants.py on the H200, 2026-12-02 03:06 UTC: LayerNorm 8192 columns 51% of
-    copy with 512 threads vs 33% with 1024; softmax 4096 columns 65% vs 59%)."""
+def _row_params(n: int, which: str) -> dict:
+    """Whole rows in one block, BN the row rounded up to a power of two, with every block an SM holds at
+    full occupancy promised to ptxas (launch blocks_per_sm=OCC caps the registers): the loads in flight
+    per SM are what these kernels are bound by. Softmax takes two 16-byte vectors a thread, RMSNorm and
+    LayerNorm (which also hold W, B) one (H200 2026-12-04 10:20-10:32 UTC,
+    benchmarks/probes/results/ops_occupancy_2026-12-04.md: softmax 1024 / 2048 / 4096 / 8192 columns 81 / 79 /
+    77 / 70% of copy against 75 / 71 / 65 / 53% without OCC; LayerNorm 1024 / 4096 columns 74 / 67% against 71 / 58%;
+    RMSNorm 1024 83% either way)."""
     bn = 1 << (n - 1).bit_length()
-    per = 16 if wide_from is not None and bn >= wide_from else 8
-    return {"BN": bn, "THREADS": max(32, min(1024, bn // per))}
+    per = 16 if which == "softmax" else 8
+    threads = max(32, min(1024, bn // per))
+    return {"BN": bn, "THREADS": threads, "OCC": max(1, min(32, 2048 // threads))}
 
 
 LOOPED_FROM = 4096  # RMSNorm rows from here: two passes over column steps (rmsnorm_looped)
@@ -130,32 +134,32 @@ def _looped_params(n: int) -> dict:
     return {"BN": bn, "BC": 1024, "THREADS": 128} if bn <= 4096 else {"BN": bn, "BC": 2048, "THREADS": 256}
 
 
-WIDE_FROM = {"softmax": 2048, "layernorm": 8192}  # the ops whose long rows run better at 16 elements a thread
-LONG_SOFTMAX = 32768  # past this the row does not fit one block's registers: two kernels (stats, normalize)
+LONG_SOFTMAX = 8192  # past this: softmax_looped (two passes over column steps, the second from L2)
+
+
+def _softmax_looped_params() -> dict:
+    """softmax_looped's steps: 4096 columns on 512 threads, 4 blocks per SM promised (H200 2026-12-04 10:29 UTC,
+    benchmarks/probes/results/ops_occupancy_2026-12-04.md: 1024x32768 57% of copy against 45% for the whole row
+    in one block's registers and 35% for softmax_stats + softmax_normalize; at 8192 columns 69% against 70%
+    for the whole row, which stays there)."""
+    return {"BC": 4096, "THREADS": 512, "OCC": 4}
 
 
 def softmax_case(m: int, n: int) -> Case:
     import torch
 
-    long = n > LONG_SOFTMAX  # one pass up to 32768 columns: 45% of copy at 1024x32768 vs 36% for two kernels
-    if long:
-        stats, norm = kernel("softmax.arg", "softmax_stats"), kernel("softmax.arg", "softmax_normalize")
-
-        def run(s):
-            a = stats.prepare(X=s["X"], RowMax=s["m"], RowSum=s["l"])
-            b = norm.prepare(X=s["X"], RowMax=s["m"], RowSum=s["l"], Y=s["Y"])
-            return lambda: (a(), b())
-        params = {"path": "softmax_stats + softmax_normalize (BN=1024)"}
+    if n > LONG_SOFTMAX:
+        params = _softmax_looped_params()
+        k = kernel("softmax.arg", "softmax_looped", **params)
     else:
-        params = _row_params(n, WIDE_FROM["softmax"] if n <= 8192 else None)
+        params = _row_params(n, "softmax")
         k = kernel("softmax.arg", "softmax", **params)
 
-        def run(s):
-            return k.prepare(X=s["X"], Y=s["Y"])
+    def run(s):
+        return k.prepare(X=s["X"], Y=s["Y"])
 
     def make():
-        return {"X": randn(m, n), "Y": torch.empty(m, n, device="cuda", dtype=torch.bfloat16),
-                "m": torch.empty(m, device="cuda"), "l": torch.empty(m, device="cuda")}
+        return {"X": randn(m, n), "Y": torch.empty(m, n, device="cuda", dtype=torch.bfloat16)}
 
     def check():
         s = make()
@@ -192,7 +196,7 @@ def norm_case(which: str, m: int, n: int) -> Case:
         params = _layernorm_looped_params(n)
         k = kernel("layernorm.arg", "layernorm_looped", **params)
     else:
-        params = _row_params(n, WIDE_FROM.get(which))
+        params = _row_params(n, which)
         k = kernel(f"{which}.arg", which, **params)
     eps = 1e-6 if which == "rmsnorm" else 1e-5
 

@@ -186,6 +186,7 @@ class RegLayout:
     vec: int = 1
     parent: RegLayout | None = None  # "slice": the layout whose axis `keep` this 1-D tile is; "transposed"
     keep: int = 0
+    row_threads: int = 0  # "blocked": at most this many threads along a row (0: as many as the row takes)
 
 
 @dataclass(frozen=True)

@@ -44,15 +44,24 @@ def mma_reg_layout(lay: ir.FragmentLayout, threads: int) -> ir.RegLayout:
     return ir.RegLayout("mma", lay.tile, threads, lay)
 
 
-def blocked_reg_layout(shape: tuple[int, ...], threads: int, elem_bytes: int = 2) -> ir.RegLayout:
-    """Threads over runs of `vec` elements (up to 16 bytes) of the last axis, row-major."""
+def blocked_reg_layout(shape: tuple[int, ...], threads: int, elem_bytes: int = 2,
+                       warp_rows: bool = False) -> ir.RegLayout:
+    """Threads over runs of `vec` elements (up to 16 bytes) of the last axis, row-major. `warp_rows`
+    (a tile reduced along its rows): rows go to warps before a row takes more than one warp, so each
+    warp holds whole rows where there are enough of them and their reductions need no shared memory."""
     last = shape[-1] if shape else 1
     vec = 1
     while vec * 2 <= max(1, 16 // elem_bytes) and last % (vec * 2) == 0:
         vec *= 2
     while vec > 1 and math.prod(shape) // vec < threads:  # small tiles: more threads, shorter runs
         vec //= 2
-    return ir.RegLayout("blocked", tuple(shape), threads, None, vec)
+    row_threads = 0
+    if warp_rows and len(shape) == 2 and shape[0] > 1:
+        per_row = max(WARP, threads // shape[0])
+        row_threads = 1 << (per_row.bit_length() - 1)  # a power of two, as the thread counts the rule divides
+        if row_threads >= threads:
+            row_threads = 0
+    return ir.RegLayout("blocked", tuple(shape), threads, None, vec, row_threads=row_threads)
 
 
 def slice_layout(parent: ir.RegLayout, keep: int) -> ir.RegLayout:
@@ -112,13 +121,16 @@ def blocked_fragment(lay: ir.RegLayout) -> Fragment:
         raise ValueError(f"register tiles have 1 or 2 axes, got {lay.shape}")
     v, t = lay.vec, lay.threads
     tpr = math.gcd(cols // v, t)  # threads along a row, each owning runs of v elements
+    if lay.row_threads:
+        tpr = math.gcd(tpr, lay.row_threads)
     rp = t // tpr  # rows covered by one pass of all threads
     rg = math.gcd(rows, rp)  # distinct rows per pass; rp // rg threads hold each element (replicas)
     thread_shape = (tpr, rg, rp // rg)
     slot_shape = (v, cols // (v * tpr), rows // rg)
     row = Layout((thread_shape, slot_shape), ((0, 1, 0), (0, 0, rg)))
     col = Layout((thread_shape, slot_shape), ((v, 0, 0), (1, v * tpr, 0)))
-    return Fragment(f"blocked{lay.shape}/{t}x{v}", (rows, cols), row, col)
+    name = f"blocked{lay.shape}/{t}x{v}" + (f"/r{lay.row_threads}" if lay.row_threads else "")
+    return Fragment(name, (rows, cols), row, col)
 
 
 def rows_reg_layout(lay: ir.RegLayout) -> ir.RegLayout | None:

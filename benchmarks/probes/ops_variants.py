@@ -28,11 +28,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_ops as B  # noqa: E402
 
 SHAPES = {op: B.OPS[op][2] for op in ("layernorm", "rmsnorm", "softmax")}
+LOOPED = True  # --no-looped: the whole-row variants only
 
 
 def row_variants(n: int, long_ok: bool) -> list[dict]:
-    """Whole-row configs: 1, 2 and 4 16-byte vectors per thread (THREADS in 32..1024), and at short rows
-    several rows per block."""
+    """Whole-row configs: 1, 2 and 4 16-byte vectors per thread (THREADS in 32..1024), at short rows
+    several rows per block (also a warp per row), each also with full occupancy promised to ptxas."""
     bn = 1 << (n - 1).bit_length()
     out = []
     for per in (8, 16, 32):
@@ -41,6 +42,12 @@ def row_variants(n: int, long_ok: bool) -> list[dict]:
             out.append({"BM": 1, "BN": bn, "THREADS": t})
     if bn <= 2048:
         out += [{"BM": 2, "BN": bn, "THREADS": max(32, bn // 8)}, {"BM": 4, "BN": bn, "THREADS": max(32, bn // 4)}]
+    if bn <= 2048:  # a warp per row (the layout of a tile reduced along its rows): no shared memory, no barrier
+        out += [{"BM": w, "BN": bn, "THREADS": 32 * w} for w in (2, 4, 8, 16)]
+    # the same configs with full occupancy promised to ptxas (launch blocks_per_sm=OCC caps the registers)
+    # (a warp per row at full occupancy spills: 8-24% of copy on the H200, 2026-12-04 10:20 UTC)
+    out += [{**p, "OCC": 2048 // p["THREADS"]} for p in list(out)
+            if 2 <= 2048 // p["THREADS"] <= 32 and (p["BM"] == 1 or p["THREADS"] > 32 * p["BM"])]
     if not long_ok:
         out = [p for p in out if p["BN"] // p["THREADS"] <= 32]
     return out
@@ -94,7 +101,7 @@ def norm_variants(which: str, m: int, n: int):
     for p in row_variants(n, True):
         k = B.kernel(f"{which}.arg", which, **p)
         variants.append((_label(p), lambda s, k=k: k.prepare(**s)))
-    for p in looped_variants(n):
+    for p in looped_variants(n) if LOOPED else []:
         k = B.kernel(f"{which}.arg", f"{which}_looped", **p)
         variants.append(("looped " + _label(p), lambda s, k=k: k.prepare(**s)))
     return make, ref, torch_fn, variants
@@ -117,6 +124,10 @@ def softmax_variants(m: int, n: int):
     for p in row_variants(n, n <= 32768):
         k = B.kernel("softmax.arg", "softmax", **p)
         variants.append((_label(p), lambda s, k=k: k.prepare(X=s["X"], Y=s["Y"])))
+    if n >= 4096:  # one kernel, two passes over column steps (the second from L2)
+        for bc, t, occ in ((1024, 128, 16), (2048, 256, 0), (2048, 256, 8), (4096, 512, 4), (2048, 128, 16)):
+            k = B.kernel("softmax.arg", "softmax_looped", BC=bc, THREADS=t, OCC=occ)
+            variants.append((f"looped BC={bc} THREADS={t} OCC={occ}", lambda s, k=k: k.prepare(X=s["X"], Y=s["Y"])))
     if n > 8192:
         for bn, t in ((1024, 128), (2048, 256), (4096, 256), (4096, 512)):
             st = B.kernel("softmax.arg", "softmax_stats", BN=bn, THREADS=t)
@@ -193,7 +204,10 @@ def main() -> int:
     ap.add_argument("--min-cols", type=int, default=0, help="only the shapes with at least this many columns")
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "/tmp"), "ops_variants.json"))
     ap.add_argument("--md", default=os.path.join(os.environ.get("OUT", "/tmp"), "ops_variants.md"))
+    ap.add_argument("--no-looped", action="store_true", help="leave out the norms' two-pass (looped) variants")
     args = ap.parse_args()
+    global LOOPED
+    LOOPED = not args.no_looped
     copy = B.copy_bandwidth(args.iters)
     print(f"copy bandwidth {copy:.0f} GB/s", flush=True)
     rows = []

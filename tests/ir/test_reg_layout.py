@@ -29,6 +29,9 @@ LAYOUTS = [
     blocked_reg_layout((8, 96), 96, 4),  # 12 threads per row: not a power of two (shared memory only)
     blocked_reg_layout((16, 128), 256, 4),
     blocked_reg_layout((128,), 128, 4),
+    blocked_reg_layout((4, 1024), 128, 2, warp_rows=True),  # a warp per row
+    blocked_reg_layout((16, 256), 128, 4, warp_rows=True),  # a warp per row, four rows a warp
+    blocked_reg_layout((2, 1024), 256, 2, warp_rows=True),  # four warps per row
     WGMMA,
     MMA_SYNC,
 ]
@@ -156,3 +159,38 @@ def test_plan_check_refuses_a_plan_that_misses_threads() -> None:
     for bad in (dataclasses.replace(plan, lanes=plan.lanes[:-1]), dataclasses.replace(plan, cross=())):
         with pytest.raises(ValueError):
             _check_plan(f, 0, bad)
+
+
+ROWS_SRC = """
+kernel k(X: f32[M, N], Y: f32[M, N]):
+    param BM = 16
+    param BN = 256
+    launch grid=(cdiv(M, BM),), threads=128
+    r = block_id(0)
+    x = load(X[r * BM : +BM, 0 : +BN])
+    e = exp(x - max(x, axis=1)[:, None])
+    store(Y[r * BM : +BM, 0 : +BN], e / sum(e, axis=1)[:, None])
+reference:
+    Y = softmax(X, axis=1)
+"""
+
+
+def test_a_tile_reduced_along_its_rows_gives_warps_whole_rows() -> None:
+    """Softmax over 16 rows on 4 warps: each warp holds 4 whole rows, so both reductions are shuffles only
+    (no cross-warp partials through shared memory); without the rule a row spans 2 warps."""
+    k = build_kernel(parse(ROWS_SRC, "k.arg").kernels[0], {})
+    x = next(s.layout for s in scope_stmts(k.body) if isinstance(s, ir.Let) and s.name == "x")
+    assert x.kind == "blocked" and x.row_threads == 32
+    rows, _ = fragment_of(x).table()
+    assert all(len(set(rows[w * 32:(w + 1) * 32].ravel())) == 4 for w in range(4))  # 4 rows a warp
+    assert reduction_plan(x, 1).cross == ()
+    plain = blocked_reg_layout((16, 256), 128, 4)
+    assert reduction_plan(plain, 1).cross != ()
+
+
+def test_warp_rows_leave_a_single_row_and_short_rows_alone() -> None:
+    assert blocked_reg_layout((1, 4096), 512, 2, warp_rows=True).row_threads == 0  # one row: every thread on it
+    assert blocked_reg_layout((2, 1024), 256, 2, warp_rows=True).row_threads == 128  # rows fewer than warps
+    # rows shorter than a warp's runs: threads along a row stay gcd(runs, threads), as without the rule
+    a, b = (fragment_of(blocked_reg_layout((64, 64), 128, 2, warp_rows=w)).table() for w in (True, False))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))

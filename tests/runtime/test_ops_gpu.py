@@ -103,6 +103,13 @@ CASES = [
     ("softmax.arg", "softmax", {"BN": 4096, "THREADS": 512}, {"M": 5, "N": 4000}),
     ("softmax.arg", "softmax", {"BN": 8192, "THREADS": 1024}, {"M": 3, "N": 8192}),
     ("softmax.arg", "softmax", {"BM": 4, "BN": 512, "THREADS": 128}, {"M": 33, "N": 333}),
+    # a warp per row (the blocked layout of a tile reduced along its rows), with and without OCC
+    ("softmax.arg", "softmax", {"BM": 4, "BN": 1024, "THREADS": 128, "OCC": 16}, {"M": 37, "N": 1000}),
+    ("rmsnorm.arg", "rmsnorm", {"BM": 8, "BN": 1024, "THREADS": 256}, {"M": 37, "N": 777}),
+    ("layernorm.arg", "layernorm", {"BM": 4, "BN": 2048, "THREADS": 128, "OCC": 16}, {"M": 33, "N": 2000}),
+    ("softmax.arg", "softmax_looped", {}, {"M": 7, "N": 5000}),
+    ("softmax.arg", "softmax_looped", {"BC": 4096, "THREADS": 512, "OCC": 4}, {"M": 3, "N": 33000}),
+    ("softmax.arg", "softmax_looped", {"BC": 1024, "THREADS": 128, "OCC": 16}, {"M": 40, "N": 700}),
     ("softmax.arg", "softmax_stats", {}, {"M": 7, "N": 5000}),
     ("softmax.arg", "softmax_normalize", {}, {"M": 7, "N": 5000}),
     ("rmsnorm.arg", "rmsnorm", {}, {"M": 37, "N": 1000}),

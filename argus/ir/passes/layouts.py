@@ -273,6 +273,14 @@ def _stmt_value(s):
     return value
 
 
+def _values(body: tuple[ir.Stmt, ...]):
+    """(statement, its register-tile value) for each statement of one scope that has one."""
+    for s in scope_stmts(body):
+        value = _stmt_value(s)
+        if value is not None:
+            yield s, value
+
+
 def _build_groups(body: tuple[ir.Stmt, ...]) -> tuple[_Groups, dict[int, str]]:
     """Union the register tiles of one scope that share a layout; id(stmt) -> a name in its group.
     The operand of a reduction, broadcast or transpose is a value of its own: its tiles share a layout."""
@@ -313,10 +321,7 @@ def _whole_row_names(body: tuple[ir.Stmt, ...]) -> dict[str, str]:
     g, keys = _build_groups(body)
     marked: set[str] = set()
     must: set[str] = set()
-    for s in scope_stmts(body):
-        value = _stmt_value(s)
-        if value is None:
-            continue
+    for s, value in _values(body):
         for node in expr_nodes(value, []):
             if isinstance(node, ir.Reduce) and len(node.x.type.shape) == 2 and node.axis == 1:
                 marked |= {g.find(n) for n in tile_vars(node.x, set())}
@@ -385,6 +390,7 @@ def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...
         if mma is not None and mma.layout is not None:
             g.fix(g.find(keys[id(s)]), mma_reg_layout(mma.layout, threads))
     index = _index_groups(body, g)
+    warp_rows = _row_reduced(body, g)
 
     # 2-D tiles: an mma fragment, else blocked; 1-D tiles: from the tiles they are tied to (below)
     decided: dict[str, ir.RegLayout | None] = {}
@@ -394,7 +400,8 @@ def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...
         elif root in index:
             decided[root] = ir.RegLayout("index", tuple(shape), threads)
         elif len(shape) != 1 and 1 not in shape:  # a [R, 1] / [1, C] tile waits for the tile it meets
-            decided[root] = blocked_reg_layout(shape, threads, 16 if root in g.columns else nbytes)
+            decided[root] = blocked_reg_layout(shape, threads, 16 if root in g.columns else nbytes,
+                                               warp_rows=root in warp_rows and root not in g.columns)
     while True:  # a tie may need another 1-D tile's layout: rounds settle chains
         ties = _ties(body, g, keys, decided, threads)
         new = {root: min(lst, key=lambda t: t[0])[1] for root, lst in ties.items() if root not in decided}
@@ -431,6 +438,20 @@ def _assign_scope(body: tuple[ir.Stmt, ...], threads: int) -> tuple[ir.Stmt, ...
         return tuple(out)
 
     return fix(body)
+
+
+def _row_reduced(body: tuple[ir.Stmt, ...], g: _Groups) -> set[str]:
+    """Roots of the 2-D groups reduced along their rows and never along their columns: their blocked
+    layout gives each warp whole rows where there are enough rows (softmax or a norm over several rows
+    per block: shuffles only, no shared-memory round and barrier per reduction)."""
+    rows: set[str] = set()
+    cols: set[str] = set()
+    for _, value in _values(body):
+        for node in expr_nodes(value, []):
+            if isinstance(node, ir.Reduce) and len(node.x.type.shape) == 2:
+                roots = {g.find(n) for n in tile_vars(node.x, set())}
+                (rows if node.axis == 1 else cols).update(roots)
+    return rows - cols
 
 
 def _ties(body, g: _Groups, keys: dict[int, str], decided: dict, threads: int) -> dict[str, list]:
