@@ -128,6 +128,7 @@ CASES = [
     ("transpose.arg", "transpose", {}, {"M": 4099, "N": 17}),
     ("rope.arg", "rope", {}, {"B": 2, "S": 45, "H": 3, "D": 128, "D2": 64}),
     ("rope.arg", "rope", {"HD": 64}, {"B": 1, "S": 200, "H": 5, "D": 64, "D2": 32}),
+    ("transpose.arg", "transpose", {"BM": 128, "BN": 64}, {"M": 1000, "N": 333}),
     ("gemm_epilogue.arg", "gemm_bias_act", {}, {"M": 200, "N": 136, "K": 72}),
     ("gemm_epilogue.arg", "gemm_bias_act", {"ACT": "silu"}, {"M": 129, "N": 264, "K": 520}),
     ("gemm_epilogue.arg", "gemm_bias_act", {"BM": 64, "BN": 64, "CONSUMERS": 1}, {"M": 300, "N": 200, "K": 96}),
