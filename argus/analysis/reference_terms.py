@@ -314,8 +314,20 @@ class ReferenceTerms:
         return Arr(shape, elem)
 
     def matmul(self, a: Arr, b: Arr, span=None) -> Arr:
-        if a.ndim < 2 or b.ndim < 2:
-            raise NotAnalysable("matmul of vectors", span)
+        if a.ndim == 0 or b.ndim == 0:
+            raise NotAnalysable("matmul of a scalar", span)
+        if a.ndim == 1 or b.ndim == 1:  # NumPy: a vector is a row (left) or a column (right), then dropped
+            a2 = a if a.ndim > 1 else Arr((1,) + a.shape, lambda idx, a=a: a.elem(idx[1:]))
+            b2 = b if b.ndim > 1 else Arr(b.shape + (1,), lambda idx, b=b: b.elem(idx[:-1]))
+            r = self.matmul(a2, b2, span)
+            drop = ([r.ndim - 2] if a.ndim == 1 else []) + ([r.ndim - 1] if b.ndim == 1 else [])
+
+            def elem(idx, r=r, drop=drop):
+                full = list(idx)
+                for d in drop:
+                    full.insert(d, z3.IntVal(0))
+                return r.elem(tuple(full))
+            return Arr(tuple(n for d, n in enumerate(r.shape) if d not in drop), elem)
         batch = self.broadcast([Arr(a.shape[:-2], a.elem), Arr(b.shape[:-2], b.elem)])
         n = a.shape[-1]
         shape = batch + (a.shape[-2], b.shape[-1])
@@ -363,10 +375,14 @@ class ReferenceTerms:
             if p is None:
                 start, stop = it.start, it.stop
                 s0 = 0 if start is None else self.eval(start)
+                if isinstance(s0, int) and s0 < 0:  # NumPy: a negative bound counts from the end
+                    s0 = _scalar_op("+", size, s0, span)
                 if it.length is not None:
                     ext = self.eval(it.length)
                 else:
                     s1 = size if stop is None else self.eval(stop)
+                    if isinstance(s1, int) and s1 < 0:
+                        s1 = _scalar_op("+", size, s1, span)
                     ext = _scalar_op("-", s1, s0, span)
                 plan[k] = ("slice", s0, ext)
                 out_shape.append(ext)
@@ -582,6 +598,52 @@ class ReferenceTerms:
         def src(idx):
             return tuple(as_int(i) / as_int(reps) if d == ax else i for d, i in enumerate(idx))
         return Arr(shape, lambda idx: a.elem(src(idx)), (lambda idx: a.value(src(idx))) if a.value else None)
+
+    def fn_concatenate(self, parts, axis=0, span=None):
+        """Arrays joined along `axis`: an element is the part whose range along the axis holds its
+        coordinate there (a select on the position), read at the coordinate less the part's start."""
+        if not isinstance(parts, tuple) or not parts:
+            raise NotAnalysable("concatenate of something other than a tuple of arrays", span)
+        arrs = [self.arr(x) for x in parts]
+        nd = arrs[0].ndim
+        if any(a.ndim != nd for a in arrs) or not isinstance(axis, int):
+            raise NotAnalysable("concatenate of arrays of different ranks (or a computed axis)", span)
+        ax = axis % nd
+        starts, total = [], 0
+        for a in arrs:
+            starts.append(total)
+            total = _scalar_op("+", total, a.shape[ax], span)
+        shape = tuple(total if d == ax else n for d, n in enumerate(arrs[0].shape))
+
+        def at(a: Arr, start, idx):
+            return tuple(as_int(i) - as_int(start) if d == ax else i for d, i in enumerate(idx))
+
+        def elem(idx):
+            out = arrs[-1].elem(at(arrs[-1], starts[-1], idx))
+            for a, st in zip(arrs[-2::-1], starts[-2::-1]):
+                out = T.sel(as_int(idx[ax]) < as_int(st) + as_int(a.shape[ax]), a.elem(at(a, st, idx)), out)
+            return out
+        value = None
+        if all(a.value is not None for a in arrs):
+            def value(idx):
+                out = arrs[-1].value(at(arrs[-1], starts[-1], idx))
+                for a, st in zip(arrs[-2::-1], starts[-2::-1]):
+                    out = z3.If(as_int(idx[ax]) < as_int(st) + as_int(a.shape[ax]), a.value(at(a, st, idx)), out)
+                return out
+        return Arr(shape, elem, value)
+
+    def fn_cumsum(self, x, axis=None, span=None):
+        """Inclusive prefix sums along `axis`: element j sums the line's coordinates 0..j."""
+        a = self.arr(x)
+        if axis is None or not isinstance(axis, int):
+            raise NotAnalysable("cumsum without an axis (over the flattened array)", span)
+        ax = axis % a.ndim
+
+        def elem(idx):
+            v = self.var("cumsum")
+            full = tuple(v if d == ax else i for d, i in enumerate(idx))
+            return T.red("sum", (v,), z3.And(v >= 0, v <= as_int(idx[ax])), a.elem(full), f"cumsum(axis={axis})")
+        return Arr(a.shape, elem)
 
     def fn_einsum(self, spec, *ops, span=None):
         if not isinstance(spec, str) or "->" not in spec:

@@ -53,6 +53,34 @@ def test_matmul_sums_one_row_and_one_column():
     assert not depends(env, ctx, "C", (1, 2), "A", (1, 6))  # past K
 
 
+def test_matmul_with_a_vector_follows_numpy():
+    """A 1-D operand is a row on the left and a column on the right, the added axis dropped: A @ x sums
+    row i of A against x, x @ B column j of B against x, x @ x is a scalar."""
+    dims = {"M": 4, "K": 6}
+    env, ctx = arrays("A: f32[M, K], x: f32[K], y: f32[M]", "y = A @ x", dims)
+    assert len(env["y"].shape) == 1
+    assert depends(env, ctx, "y", (1,), "A", (1, 5)) and depends(env, ctx, "y", (1,), "x", (5,))
+    assert not depends(env, ctx, "y", (1,), "A", (2, 0)) and not depends(env, ctx, "y", (1,), "x", (6,))
+    env, ctx = arrays("x: f32[K], B: f32[K, M], y: f32[M]", "y = x @ B", dims)
+    assert depends(env, ctx, "y", (3,), "B", (2, 3)) and not depends(env, ctx, "y", (3,), "B", (2, 1))
+    env, ctx = arrays("x: f32[K], s: f32[M]", "s = (x @ x) + 0.0 * s", dims)
+    assert depends(env, ctx, "s", (0,), "x", (4,))
+
+
+def test_concatenate_negative_slices_and_cumsum():
+    """A stencil's shifted copies (concatenate of a fill and X[:, :-1]) read the neighbour column; cumsum's
+    element j sums the line's coordinates 0..j."""
+    dims = {"M": 3, "N": 5}
+    env, ctx = arrays("X: f32[M, N], Y: f32[M, N]",
+                      "Y = concatenate((full((M, 1), 0.0), X[:, :-1]), axis=1) + X[:, 1:][:, :1]", dims)
+    assert depends(env, ctx, "Y", (1, 3), "X", (1, 2)) and not depends(env, ctx, "Y", (1, 3), "X", (1, 3))
+    # column 0 of the shifted copy is the fill: X[:, 1:][:, :1] (column 1) is all Y[1, 0] reads
+    assert depends(env, ctx, "Y", (1, 0), "X", (1, 1)) and not depends(env, ctx, "Y", (1, 0), "X", (1, 0))
+    env, ctx = arrays("X: f32[M, N], Y: f32[M, N]", "Y = cumsum(X, axis=1)", dims)
+    assert depends(env, ctx, "Y", (2, 3), "X", (2, 0)) and depends(env, ctx, "Y", (2, 3), "X", (2, 3))
+    assert not depends(env, ctx, "Y", (2, 3), "X", (2, 4)) and not depends(env, ctx, "Y", (2, 3), "X", (1, 0))
+
+
 def test_einsum_with_bias_broadcast_and_transpose():
     env, ctx = arrays("A: f32[M, K], W: f32[N, K], bias: f32[N], C: f32[M, N]",
                       "C = einsum('mk,nk->mn', A, W) + bias[None, :]", DIMS)
