@@ -47,7 +47,9 @@ def add_store_obligations(kernel: ir.Kernel, trace: Trace, ctx, contracts) -> No
         reason = contract if isinstance(contract, str) else None
         if reason is not None:
             trace.unknowns.append(Unknown("reference-footprint", st.span, reason))
-        _implicit_store_coordinates(kernel, trace, st, elem, coords, domain, written, names)
+        # with a reference that is there but not analysed, the axis-name contract is a guess the reference
+        # can refute: its findings are claims the replay must reproduce (a stencil reads its neighbours)
+        _implicit_store_coordinates(kernel, trace, st, elem, coords, domain, written, names, claim=reason is not None)
         _implicit_coverage(kernel, trace, ctx, st, elem, domain, written, names)
     for out, adds in sites.items():
         _accumulated_obligations(kernel, trace, ctx, out, adds, contracts)
@@ -92,7 +94,8 @@ def _accumulated_obligations(kernel, trace, ctx, out: str, adds: list[StoreEvent
 
 
 # ---- the contract implied by axis names (no analysable reference) ----
-def _implicit_store_coordinates(kernel, trace, st: StoreEvent, elem, coords, domain, written, names) -> None:
+def _implicit_store_coordinates(kernel, trace, st: StoreEvent, elem, coords, domain, written, names,
+                                claim: bool = False) -> None:
     dest = kernel.tensor(st.view.base).dims
     fields = origin_keys(elem.fields)
     bads, want, got = [], {}, {}
@@ -117,7 +120,8 @@ def _implicit_store_coordinates(kernel, trace, st: StoreEvent, elem, coords, dom
         "store-coordinates", st.span,
         f"the value stored to {st.view.base}[...] does not come from the coordinates it is stored at",
         z3.And(written, z3.Or(*bads)), domain, names, st.step,
-        {f"destination {st.view.base}": want, f"value ({elem.origin})": got}, {"view": st.view}))
+        {f"destination {st.view.base}": want, f"value ({elem.origin})": got},
+        {"view": st.view, **({"claim": True} if claim else {})}))
 
 
 def _axis_name(kernel, key) -> str | None:
