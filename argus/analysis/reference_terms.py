@@ -375,15 +375,22 @@ class ReferenceTerms:
             if p is None:
                 start, stop = it.start, it.stop
                 s0 = 0 if start is None else self.eval(start)
-                if isinstance(s0, int) and s0 < 0:  # NumPy: a negative bound counts from the end
+                ln = None if it.length is None else self.eval(it.length)
+                # X[a : +n] is X[a : a + n], as the float64 evaluator reads it
+                s1 = (size if stop is None else self.eval(stop)) if ln is None else _scalar_op("+", s0, ln, span)
+                from_end = (isinstance(s0, int) and s0 < 0, isinstance(s1, int) and s1 < 0)
+                if from_end[0]:  # NumPy: a negative bound counts from the end
                     s0 = _scalar_op("+", size, s0, span)
-                if it.length is not None:
-                    ext = self.eval(it.length)
-                else:
-                    s1 = size if stop is None else self.eval(stop)
-                    if isinstance(s1, int) and s1 < 0:
-                        s1 = _scalar_op("+", size, s1, span)
-                    ext = _scalar_op("-", s1, s0, span)
+                if from_end[1]:
+                    s1 = _scalar_op("+", size, s1, span)
+                if _plain(s0) and _plain(s1) and _plain(size):  # NumPy clamps both bounds into the axis
+                    s0, s1 = min(max(s0, 0), size), min(max(s1, 0), size)
+                    ext = max(s1, s0) - s0
+                else:  # runtime sizes: the bounds must stay inside, or NumPy's clamp would change the shape
+                    self._inside(s0, 0, size, span)
+                    self._inside(s1, s0, size, span)
+                    # a length keeps its own term (shapes compare as terms) when both bounds count the same way
+                    ext = ln if ln is not None and from_end[0] == from_end[1] else _scalar_op("-", s1, s0, span)
                 plan[k] = ("slice", s0, ext)
                 out_shape.append(ext)
             elif p[0] == "gather":
@@ -413,6 +420,23 @@ class ReferenceTerms:
             return tuple(out)
         value = (lambda idx: a.value(src(idx))) if a.value is not None else None
         return Arr(shape, lambda idx: a.elem(src(idx)), value)
+
+    def _inside(self, v, lo, hi, span) -> None:
+        """lo <= v <= hi under the kernel's constraints (dims' ranges, its assumes), or not analysable: a
+        slice bound past its axis is clamped by NumPy, which the terms would not follow."""
+        if _plain(v) and _plain(lo) and _plain(hi):
+            if lo <= v <= hi:
+                return
+        elif not any(isinstance(x, (tuple, float)) for x in (v, lo, hi)):
+            gaps = [z3.simplify(as_int(b) - as_int(a)) for a, b in ((lo, v), (v, hi))]
+            if all(z3.is_int_value(g) and g.as_long() >= 0 for g in gaps):  # X[:, 1:N], X[:, :N - 1]
+                return
+            s = solver(2000)
+            s.add(*self.ctx.constraints, z3.Not(z3.And(as_int(lo) <= as_int(v), as_int(v) <= as_int(hi))))
+            if s.check() == z3.unsat:
+                return
+        raise NotAnalysable(f"a slice bound that may fall outside its axis (NumPy clamps it there; {v} not "
+                            f"provably within {lo}..{hi}: assume the dims that keep it inside)", span)
 
     def opaque_array(self, args, reason: str, span) -> Arr:
         shapes = [x.shape for x in args if isinstance(x, Arr)]

@@ -154,3 +154,21 @@ def test_unanalysable_constructs_say_why(ref):
     with pytest.raises(NotAnalysable) as exc:
         arrays("X: f32[R, C], Y: f32[R, C]", ref, {"R": 2, "C": 3})
     assert str(exc.value)
+
+
+def test_slice_bounds_past_the_axis_are_not_analysed():
+    """NumPy clamps a slice bound past its axis (X[:, -8:] of 5 columns is all 5). The terms take a bound
+    only where it is provably inside its axis (the dims' ranges, the kernel's assumes): elsewhere the
+    reference is not analysed (so unknown), never taken with a shape NumPy would not give it."""
+    env, ctx = arrays("X: f32[M, N], Y: f32[M, N]", "Y = X[:, -3:] + X[:, 0:N][:, :3]", {"M": 3, "N": 5})
+    assert depends(env, ctx, "Y", (1, 0), "X", (1, 2)) and depends(env, ctx, "Y", (1, 0), "X", (1, 0))
+    for ref in ("Y = X[:, -8:]", "Y = X[:, 0:9]", "Y = X[:, 3:2]"):
+        with pytest.raises(NotAnalysable, match="outside its axis"):
+            arrays("X: f32[M, N], Y: f32[M, N]", ref, {"M": 3, "N": 5})
+    kernel = build_source(HEADER.format(args="X: f32[M, N], Y: f32[M, 8]", ref="    Y = X[:, -8:]"))
+    with pytest.raises(NotAnalysable, match="outside its axis"):
+        reference_arrays(kernel, Context.create(kernel, {}))
+    ctx = Context.create(kernel, {})
+    ctx.constraints.append(ctx.dims["N"] >= 8)  # what assume(N >= 8) adds
+    env, _ = reference_arrays(kernel, ctx)
+    assert len(env["Y"].shape) == 2
