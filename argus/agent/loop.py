@@ -101,6 +101,7 @@ class Tuner:
                  progress: Callable[[str], None] | None = None,
                  on_step: Callable[[dict[str, Any]], None] | None = None):
         self.cfg = cfg
+        self._run_t0: float | None = None  # when run() started: the time limit's clock
         self.progress = progress or (lambda s: None)
         self.on_step = on_step
         src = cfg.source if cfg.source is not None else Path(cfg.file).read_text()
@@ -199,13 +200,25 @@ class Tuner:
     def history(self) -> tuple[Node, ...]:
         return tuple(Node.from_record(d) for d in self.record.steps)
 
+    def expected_budget(self, step: int) -> int:
+        """The evaluations this run will get: the budget, or fewer where the time limit ends it first (at the
+        steps' mean duration so far). Planners pace themselves by it (the built-in planner refines its best
+        program in the second half)."""
+        if self.cfg.time_limit_s is None or self._run_t0 is None or step <= 1:
+            return self.cfg.budget
+        done = [s.get("seconds") or 0.0 for s in self.record.steps[1:]]
+        if not done or sum(done) <= 0:
+            return self.cfg.budget
+        left = self.cfg.time_limit_s - (time.monotonic() - self._run_t0)
+        return max(step, min(self.cfg.budget, step - 1 + int(left / (sum(done) / len(done)))))
+
     def context(self, step: int) -> PlannerContext:
         lib = ""
         if self.library:
             vals = "/".join(f"{v[0]:.0f}" for v in self.library.values())
             lib = f"{next(iter(self.library.values()))[1].split(' on ')[0]} {vals} TFLOP/s (recorded)"
-        return PlannerContext(step, self.cfg.budget, self.cfg.seed, self.history(), self.kb, self.kind, self.env,
-                              tuple(self.checks), tuple(self.targets), bool(self.backend.estimate), lib,
+        return PlannerContext(step, self.expected_budget(step), self.cfg.seed, self.history(), self.kb, self.kind,
+                              self.env, tuple(self.checks), tuple(self.targets), bool(self.backend.estimate), lib,
                               self.priors, self.lessons)
 
     def _start_times(self) -> list[float]:
@@ -392,7 +405,7 @@ class Tuner:
             if self.on_step:
                 self.on_step(rec)
         stopped = ""
-        t0 = time.monotonic()
+        t0 = self._run_t0 = time.monotonic()
         for step in range(len(self.record.steps), self.cfg.budget + 1):
             if self.cfg.time_limit_s is not None:
                 done = [s.get("seconds") or 0.0 for s in self.record.steps[1:]] or [self.record.steps[0].get("seconds")

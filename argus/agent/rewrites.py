@@ -73,6 +73,20 @@ def _with(p: Program, **params: object) -> Program:
     return Program(p.source, {**p.params, **params}, p.template)
 
 
+def _valued(p: Program, env: Env, name: str) -> object:
+    """A param's value in this program: its override, its literal default, or its default expression
+    (`BKV = 128 if HD == 64 else 64`) evaluated as the compiler does, from the other params."""
+    cur = p.effective()[name]
+    if isinstance(cur, str):  # a string param or an expression: the built kernel has its value
+        from argus.dsl.diagnostics import ArgusError
+        from argus.ir.build import build_source
+        try:
+            return build_source(p.source, p.params, env.kernel, path="<rewrite>").param_dict.get(name, cur)
+        except ArgusError:
+            return cur
+    return cur
+
+
 def _scaled(cur: object, spec: object, name: str) -> int:
     if not isinstance(cur, int):
         raise Inapplicable(f"param {name} is {cur!r}, not an integer")
@@ -108,7 +122,7 @@ def mma_instr(p: Program, args: dict, env: Env) -> Program:
 def stages(p: Program, args: dict, env: Env) -> Program:
     name = _param_used_by(p.source, "stages") or ("STAGES" if "STAGES" in declared_params(p.source) else None)
     if name is not None:
-        cur = p.effective()[name]
+        cur = _valued(p, env, name)
         if not isinstance(cur, int):
             raise Inapplicable(f"{name} is not an integer")
         new = int(args["stages"]) if "stages" in args else cur + int(args.get("delta", 1))
@@ -151,10 +165,11 @@ def tile(p: Program, args: dict, env: Env) -> Program:
     for name, spec in args.items():
         if name not in eff:
             raise Inapplicable(f"the kernel has no param {name}")
-        v = _scaled(eff[name], spec, name)
+        cur = _valued(p, env, name)
+        v = _scaled(cur, spec, name)
         if not 8 <= v <= 512:
             raise Inapplicable(f"{name}={v} is outside 8..512")
-        if v != eff[name]:
+        if v != cur:
             new[name] = v
     if not new:
         raise Inapplicable("no tile size changes")

@@ -12,7 +12,8 @@ each candidate alone on the GPU (a lock). Each run writes OUT/<family>/ (record.
 reward.png, the tuned kernel, tune.log) and adds its steps to OUT/tune-store.json (or --store).
 
 Then, in this one process, every family's start, best tuned kernel (from its run record), best
-hand-written example (examples/gemm_ws.arg, examples/flash_attention.arg, examples/moe.arg moe_up) and
+hand-written example (examples/gemm_ws.arg; examples/flash_attention_ws.arg's persistent kernel, what
+`argus.load` runs up to 8k queries; examples/moe.arg moe_up) and
 library baseline (cuBLAS via torch.matmul; torch's scaled_dot_product_attention; torch._grouped_mm
 over the same routed rows, with and without SiLU*up) run on the same inputs, are checked against the
 library's output and timed interleaved (argus.runtime.bench.time_interleaved: CUDA events, a sleep
@@ -41,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 FAMILIES = {
     "gemm": {"start": "gemm_naive.arg", "kernel": None, "hand": ("gemm_ws.arg", None),
              "shapes": "M=4096,N=4096,K=4096;M=8192,N=8192,K=8192", "dry": "M=256,N=256,K=256"},
-    "attention": {"start": "flash_attention_naive.arg", "kernel": None, "hand": ("flash_attention.arg", None),
+    "attention": {"start": "flash_attention_naive.arg", "kernel": None, "hand": ("flash_attention_ws.arg", "flash_attention_ws_persistent"),
                   "shapes": "B=4,H=16,SQ=4096,D=128,HKV=16,SKV=4096", "dry": "B=1,H=2,SQ=256,D=128,HKV=2,SKV=256"},
     "moe": {"start": "moe_up_naive.arg", "kernel": "moe_up", "hand": ("moe.arg", "moe_up"),
             "shapes": "T=4096,E=8,KTOP=2,HID=4096,F=14336", "dry": "T=128,E=4,KTOP=2,HID=256,F=256"},

@@ -191,9 +191,21 @@ def test_an_action_answers_only_the_diagnoses_it_fixes():
 def test_a_register_budget_past_the_sm_is_repaired_by_rebalancing_the_roles():
     from argus.agent.planners.builtin import _fixes_for
 
-    msg = ("x.arg:35:5: error: the roles' registers= ask for 123904 registers (producer: 1 warpgroup(s) x 40, "
-           "consumer: 4 warpgroup(s) x 232); a multiprocessor has 65536 [codegen]")
+    msg = ("x.arg:35:5: error: the roles' registers= ask for 94208 registers (producer: 1 warpgroup(s) x 40, "
+           "consumer: 3 warpgroup(s) x 232); a multiprocessor has 65536 [codegen]")
     fixes = dict(_fixes_for(msg, {}))
     (edits,) = [e for name, e in fixes.items() if name.startswith("registers")]
-    assert edits[0].name == "role_registers" and edits[0].args == {"producer": 24, "consumer": 120}
-    assert 128 * (24 + 4 * 120) <= 65536
+    assert edits[0].name == "role_registers" and edits[0].args == {"producer": 24, "consumer": 160}
+    assert 128 * (24 + 3 * 160) <= 65536
+    # four consumers would get 120 each: their accumulators spill, so no such repair is offered (ptxas ran
+    # past the 120 s evaluation limit on one on the H200, 2026-12-04)
+    msg4 = msg.replace("94208", "123904").replace("consumer: 3", "consumer: 4")
+    assert not [n for n, _ in _fixes_for(msg4, {}) if n.startswith("registers")]
+
+
+def test_too_much_shared_memory_is_repaired_by_fewer_stages():
+    from argus.agent.planners.builtin import _fixes_for
+
+    msg = "the kernel needs 294976 B of shared memory; a block can have at most 232448 B"
+    fixes = _fixes_for(msg, {})
+    assert fixes and fixes[0][1][0].name == "stages" and fixes[0][1][0].args == {"delta": -1}

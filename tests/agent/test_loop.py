@@ -110,3 +110,18 @@ def test_an_unproved_kernel_is_not_crowned_over_a_proved_one_within_2_percent():
     steps.append(_step(4, 0.30 + math.log(1.05), "unknown"))  # clearly faster: it wins, reported as unproved
     assert pick_best(steps)["step"] == 4
     assert pick_best([_step(0, 0.0, "unknown"), _step(1, 0.1, "unknown")])["step"] == 1
+
+
+def test_a_time_limit_shortens_the_budget_planners_pace_by(tmp_path):
+    """Under a time limit the planner sees the evaluations the run will get at its steps' mean duration,
+    not the nominal budget (the built-in planner starts refining its best program halfway through it)."""
+    import time as _time
+
+    from argus.agent.loop import Tuner
+    tuner = Tuner(h.config(tmp_path / "run", budget=48, time_limit_s=100.0))
+    assert tuner.expected_budget(5) == 48  # not started: the budget
+    tuner.record.steps.extend([{"seconds": 0.0}] + [{"seconds": 10.0}] * 4)
+    tuner._run_t0 = _time.monotonic() - 40.0  # 40 s spent, 60 s left: 6 more steps of 10 s
+    assert tuner.expected_budget(5) in (9, 10)
+    tuner._run_t0 = _time.monotonic() - 400.0  # past the limit: no fewer than the step at hand
+    assert tuner.expected_budget(5) == 5

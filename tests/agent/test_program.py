@@ -156,3 +156,17 @@ def test_role_options_are_rewritten_in_place_beside_release():
         ', RELEASE="immediate"', "")
     q = REWRITES["release"](Program(plain), {"mode": "immediate"}, ENV)
     assert 'registers=232, release="immediate")' in q.source
+
+
+def test_tile_and_stages_scale_params_whose_default_is_an_expression():
+    """The naive attention start declares `BKV = 128 if HD == 64 else 64`: the tile rewrite scales the value
+    the compiler gives it (64 at HD = 128), as for a literal (before 2026-12-04 it was refused, so no attention
+    run ever tried BKV x2)."""
+    start = Candidate.make(STARTS.joinpath("flash_attention_naive.arg").read_text(), {})
+    env = Env(path=str(STARTS / "flash_attention_naive.arg"))
+    d = apply_edits(start, parse_edits([{"op": "rewrite", "name": "tile", "args": {"BKV": "*2"}}]), env)
+    assert d.defines["BKV"] == 128
+    d = apply_edits(start, parse_edits([{"op": "rewrite", "name": "tile", "args": {"BKV": "/2"}}]), env)
+    assert d.defines["BKV"] == 32
+    d = apply_edits(start, parse_edits([{"op": "rewrite", "name": "stages", "args": {"delta": 1}}]), env)
+    assert d.defines["STAGES"] == 2

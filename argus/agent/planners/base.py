@@ -94,7 +94,7 @@ class Node:
 @dataclass(frozen=True)
 class PlannerContext:
     step: int
-    budget: int
+    budget: int  # evaluations this run is expected to get: its budget, or fewer where its time limit ends it first
     seed: int
     history: tuple[Node, ...]  # step 0 (the starting kernel) first
     kb: KnowledgeBase

@@ -12,6 +12,8 @@ same choices): nodes are evaluated programs, edges are KB actions. Each step
     + the store's prior (argus/agent/store.py): its mean gain in earlier runs on kernels like this node,
       weighted by similarity, failures counted as losses — what worked before is tried first
     + a small exploration bonus;
+  * past half the budget, every other step expands the best program instead (its best-scored untried
+    action), so a best kernel found late still gets refined;
   * dead ends are pruned: failed programs are leaves, nodes with nothing left are skipped, and an
     action that failed twice without ever succeeding is dropped.
 
@@ -29,6 +31,7 @@ less). Randomness (ties, restarts) comes from numpy seeded by (seed, step).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections import defaultdict
@@ -40,6 +43,7 @@ from argus.agent.planners.base import Attempt, Node, PlannerContext, PlannerErro
 from argus.agent.program import Candidate, Edit, EditError, apply_edits, parse_edits
 
 FAIL_DELTA = -0.3  # value of a failed action, in reward units (log speedup)
+EXPLOIT_FROM = 0.5  # share of the budget after which every other step refines the best program
 GUIDED_MIN = 0.02  # a store prediction below this gain leaves the step to the tree search
 
 
@@ -152,6 +156,9 @@ class BuiltinPlanner:
             guided = self._guided(ctx, nodes, tried, seen, fails, wins, deltas, tdeltas, rng)
             if guided is not None:
                 return guided
+        exploit = self._exploit(ctx, nodes, tried, seen, fails, wins, deltas, tdeltas, rng)
+        if exploit is not None:
+            return exploit
         rewards = [n.reward for n in nodes.values()]
         scale = max(0.05, max(rewards) - min(rewards)) if rewards else 1.0
         exhausted: set[str] = set()
@@ -196,6 +203,22 @@ class BuiltinPlanner:
             return Proposal(a.edits + b.edits, None, f"single actions exhausted; composing {a.id} with {b.id} on "
                             f"the best program (step {best.step})", f"{a.id}&{b.id}", a.technique, best.key)
         raise PlannerExhausted("every action and pair of actions has been tried")
+
+    def _exploit(self, ctx: PlannerContext, nodes, tried, seen, fails, wins, deltas, tdeltas, rng) -> Proposal | None:
+        """Past EXPLOIT_FROM of the budget, every other step expands the best program with its best-scored
+        untried action: the tree's UCB keeps widening shallow programs, and a run whose best kernel appears
+        late would otherwise end without trying a single refinement of it (H200 2026-12-04: the GEMM run's
+        best came at step 29 of 48 and none of the 19 steps after it expanded it)."""
+        if ctx.step < EXPLOIT_FROM * ctx.budget or ctx.step % 2:
+            return None
+        best = nodes.get(ctx.best.key)
+        if best is None:
+            return None
+        exp = self._expandable(ctx, best, tried, seen, fails, wins)
+        if not exp:
+            return None
+        p = self._expand(ctx, best, exp, deltas, tdeltas, rng, len(ctx.history), ())
+        return dataclasses.replace(p, reasoning="refine the best program: " + p.reasoning)
 
     def _replay(self, ctx: PlannerContext, nodes: dict[str, Node], children, seen) -> Proposal | None:
         """The best path of the earlier run on the most similar start, change by change: follow what this
@@ -262,9 +285,16 @@ class BuiltinPlanner:
         return None
 
     def _expand(self, ctx, node: Node, exp, deltas, tdeltas, rng, total: int, path) -> Proposal:
+        failed = _failed_changes(ctx)
         scored = []
-        for a, _ in exp:
+        for a, c in exp:
             s, why = self._score(a, node, deltas, tdeltas, total, ctx.priors)
+            ch = set(_change(node.candidate, c))
+            # a change that includes one that failed before (BN = 512: no wgmma shape) is tried last
+            n_failed = sum(n for f, n in failed.items() if ch and set(f) <= ch)
+            if n_failed:
+                s += FAIL_DELTA * n_failed
+                why += f"; a change it makes ({_describe(tuple(sorted(ch)))}) failed {n_failed}x before"
             scored.append((s + 1e-6 * rng.random(), a, why))
         scored.sort(key=lambda x: -x[0])
         s, a, why = scored[0]
@@ -297,6 +327,32 @@ class BuiltinPlanner:
         return None
 
 
+def _change(parent: Candidate | None, child: Candidate) -> tuple[tuple[str, str], ...]:
+    """The parameters a candidate sets differently from its parent, with their new values (() for a
+    structural rewrite that changes no parameter)."""
+    if parent is None:
+        return ()
+    a, b = parent.effective_params(), child.effective_params()
+    return tuple(sorted((k, repr(v)) for k, v in b.items() if a.get(k) != v))
+
+
+def _describe(change: tuple[tuple[str, str], ...]) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in change)
+
+
+def _failed_changes(ctx: PlannerContext) -> dict[tuple, int]:
+    """How often each parameter change failed (verifier, compiler or run) in this run's history."""
+    by_key = {n.key: n.candidate for n in ctx.history if n.key and n.candidate is not None}
+    out: dict[tuple, int] = defaultdict(int)
+    for n in ctx.history[1:]:
+        if n.ok or n.candidate is None or n.status == "duplicate":
+            continue
+        ch = _change(by_key.get(n.parent or ctx.start.key), n.candidate)
+        if ch:
+            out[ch] += 1
+    return out
+
+
 def json_key(edits: tuple[Edit, ...]) -> str:
     return repr([e.to_json() for e in edits])
 
@@ -320,7 +376,7 @@ def _fixes_for(message: str, params: dict) -> list[tuple[str, tuple[Edit, ...]]]
                         (Edit("rewrite", name="tile", args={"BM": 64 * groups}),)))
         out.append(("BM x2", (Edit("rewrite", name="tile", args={"BM": "*2"}),)))
         out.append(("back to mma.sync", (Edit("rewrite", name="mma_instr", args={"instr": "mma.sync"}),)))
-    if "shared memory" in message and ("KB" in message or "does not fit" in message):
+    if "shared memory" in message and ("KB" in message or "does not fit" in message or "at most" in message):
         out.append(("one stage less", (Edit("rewrite", name="stages", args={"delta": -1}),)))
         out.append(("two stages less", (Edit("rewrite", name="stages", args={"delta": -2}),)))
         out.append(("BK /2", (Edit("rewrite", name="tile", args={"BK": "/2"}),)))
@@ -333,7 +389,9 @@ def _fixes_for(message: str, params: dict) -> list[tuple[str, tuple[Edit, ...]]]
         cons = sum(n for name, (n, _) in groups.items() if name != "producer")
         if cons:
             per = (int(m.group(2)) // 128 - 24 * prod) // cons // 8 * 8
-            if per >= 24:
+            # below 128 a consumer's wgmma accumulators alone spill, and ptxas took over 120 s on such a
+            # build (FlashAttention BQ 256, 4 consumers at 120: the H200 run of 2026-12-04 13:56)
+            if per >= 128:
                 fix = Edit("rewrite", name="role_registers", args={"producer": 24, "consumer": min(per, 256)})
                 out.append((f"registers: producer 24, consumers {per} (the sum fits the SM)", (fix,)))
     if "spill" in message:
