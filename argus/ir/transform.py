@@ -143,3 +143,17 @@ def read_before_assigned(stmts) -> set[str]:
                 early.update(reads(st) - assigned)
     scan(tuple(stmts))
     return early & lets
+
+
+def bound_names(stmts: tuple) -> set[str]:
+    """Every name a statement list binds, nested bodies included (locals and shared buffers): what a pass
+    that adds a name must not reuse."""
+    out: set[str] = set()
+    for s in stmts:
+        if isinstance(s, (ir.Let, ir.AllocShared)):
+            out.add(s.name)
+        for f in dataclasses.fields(s):
+            v = getattr(s, f.name)
+            if isinstance(v, tuple) and v and all(isinstance(x, ir.Stmt) for x in v):
+                out |= bound_names(v)
+    return out

@@ -2,11 +2,12 @@
 
 tests/codegen/user_kernels/ holds them (elementwise with broadcasts both ways, GEMM epilogues, row and
 column reductions, argmax, cross-entropy, embedding gathers, causal softmax, atomics, shared-memory
-transposes, a 3-D grid, runtime scalars, register A operands, row reductions of mma tiles whose warps
-split N, a `.py` kernel). The rule they hold the compiler to (issue 15): what `argus check` accepts
-builds for sm_90a. Each kernel is built with NVRTC; the ones without sm_90a instructions also run on the
-CPU emulator of the generated code (tests/codegen/cpusim.py) against their float64 reference, on fresh
-random inputs with outputs poisoned, at shapes that are not tile multiples. A construct the code
+transposes, a 3-D grid, runtime scalars, register A operands, both operands loaded into registers, row
+reductions of mma tiles whose warps split N, a `.py` kernel). The rule they hold the compiler to (issue
+15): what `argus check` accepts builds for sm_90a. Each kernel is built with NVRTC; the ones without
+sm_90a instructions also run on the CPU emulator of the generated code (tests/codegen/cpusim.py) against
+their float64 reference, on fresh random inputs with outputs poisoned, at shapes that are not tile
+multiples. A construct the code
 generator cannot emit must be refused by `check` at its line (test_three_axis_register_tile_is_refused).
 """
 
@@ -89,6 +90,7 @@ KERNELS = [
     ("top1_route.arg", "top1_route", {"T": 37, "E": 50}, ()),
     ("masked_mean_len.arg", "masked_mean_len", {"M": 13, "N": 200}, ()),
     ("gemm_alpha_beta.arg", "gemm_alpha_beta", {"M": 100, "N": 70, "K": 72}, ()),
+    ("gemm_dot_loaded.arg", "gemm_dot_loaded", {"M": 100, "N": 70, "K": 72}, ()),
     ("gemm_two_outputs.arg", "gemm_two_outputs", {"M": 100, "N": 136, "K": 72}, ()),
     ("bmm_strided.arg", "bmm_strided", {"BATCH": 3, "M": 50, "N": 70, "K": 72}, ()),
     ("if_first_block.arg", "if_first_block", {"N": 1000}, ()),

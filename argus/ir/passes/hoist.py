@@ -14,10 +14,11 @@ import dataclasses
 import itertools
 
 from argus.ir import nodes as ir
+from argus.ir.transform import bound_names
 
 
 def hoist_mmas(kernel: ir.Kernel) -> ir.Kernel:
-    taken = _names(kernel.body)
+    taken = bound_names(kernel.body)
     fresh = (f"mma_{n}" for n in itertools.count() if f"mma_{n}" not in taken)
     return dataclasses.replace(kernel, body=_body(kernel.body, fresh))
 
@@ -66,14 +67,3 @@ def _expr(e: ir.Expr, top: bool, lets: list, fresh, span) -> ir.Expr:
         return ir.Var(type=e.type, span=e.span, name=name)
     return e
 
-
-def _names(stmts: tuple) -> set[str]:
-    out: set[str] = set()
-    for s in stmts:
-        if isinstance(s, ir.Let):
-            out.add(s.name)
-        for f in dataclasses.fields(s):
-            v = getattr(s, f.name)
-            if isinstance(v, tuple) and v and all(isinstance(x, ir.Stmt) for x in v):
-                out |= _names(v)
-    return out
