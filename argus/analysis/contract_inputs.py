@@ -20,6 +20,7 @@ import z3
 from argus.analysis import terms as T
 from argus.analysis.symbolic import as_int, budget, solver
 from argus.ir import nodes as ir
+from argus.ir.transform import walk
 
 MAX_BLOCKS = 256
 MAX_INDEX = 4096  # quantified assumes instantiated at most this many times per block
@@ -40,18 +41,46 @@ def inputs_for(kernel: ir.Kernel, dims: dict[str, int], contexts, rng: np.random
     ints = data_tensors(kernel)
     if not ints:
         return dims, arrays
-    read = {name for c in contexts for name in _functions_read(c)}
-    if not read & {t.name for t in ints}:
+    # Only contents the contract constrains (its assumes, quantified ones included) or a counterexample
+    # pins are solved; the rest stay random. Solved contents are whatever satisfies the constraints, so a
+    # histogram's data solved that way hid `x <= bin` for `x == bin` from the numeric tier.
+    constrained = {name for c in contexts for name in _functions_constrained(c)}
+    constrained |= {k.split("[", 1)[0] for k in (pins or {})}
+    if not constrained & {t.name for t in ints}:
         return dims, arrays
     got = solve_contents(kernel, dims, defines, pins or {}, int(rng.integers(1 << 30)))
     if isinstance(got, str):
         return got
-    arrays.update(got)
+    arrays.update({k: v for k, v in got.items() if k in constrained})
     return dims, arrays
 
 
 def _functions_read(ctx) -> set[str]:
     return {f.name() for f in ctx.functions.values()}
+
+
+def _functions_constrained(ctx) -> set[str]:
+    """Tensors whose contents an assume of the kernel constrains: read in a constraint, or loaded in the
+    body of a quantified assume."""
+    fnames = _functions_read(ctx)
+    out = {n for c in ctx.constraints if not isinstance(c, bool) for n in _read_names(c, fnames)}
+    for lam, _over, _env in ctx.quantified:
+        out |= {n.ref.base for n in walk(lam.body) if isinstance(n, ir.Load)}
+    return out
+
+
+def _read_names(e, fnames: set[str]) -> set[str]:
+    out: set[str] = set()
+    todo, seen = [e], set()
+    while todo:
+        x = todo.pop()
+        if not isinstance(x, z3.ExprRef) or x.get_id() in seen:
+            continue
+        seen.add(x.get_id())
+        if z3.is_app(x) and x.num_args() > 0 and x.decl().name() in fnames:
+            out.add(x.decl().name())
+        todo.extend(x.children())
+    return out
 
 
 _CONTRACTS: dict = {}  # (kernel id, dims, defines) -> (kernel, contract); replay asks several times
@@ -274,16 +303,7 @@ def _relevant(c, ctx, block_names: set[str]) -> bool:
 
 
 def _reads(e, fnames: set[str]) -> bool:
-    todo, seen = [e], set()
-    while todo:
-        x = todo.pop()
-        if not isinstance(x, z3.ExprRef) or x.get_id() in seen:
-            continue
-        seen.add(x.get_id())
-        if z3.is_app(x) and x.num_args() > 0 and x.decl().name() in fnames:
-            return True
-        todo.extend(x.children())
-    return False
+    return bool(_read_names(e, fnames))
 
 
 def _parse_pin(key: str, fns: dict):

@@ -206,15 +206,38 @@ class TileRules:
                                 (lambda vs: vs[0]) if e.fn == "cast" else None, e.fn)
         if e.fn == "cast" and out.value is not None and out.chain is None:
             # a positional mask cast to a number is 1 where it holds and a structural 0 elsewhere, so
-            # x * cast(cols < N, f32) masks like select(cols < N, x, 0.0) does
+            # x * cast(cols < N, f32) masks like select(cols < N, x, 0.0) does; a condition on an integer
+            # tensor's contents (a histogram's x == bin) is data, and keeps its tags
             def mtags(idx, out=out):
                 c = out.value(idx)
-                if isinstance(c, bool) or z3.is_bool(c):
+                if (isinstance(c, bool) or z3.is_bool(c)) and not self._reads_contents(c):
                     t = out.tags(idx)
                     return ElemTags(t.fields, T.sel(c, T.VALUE, T.ZERO), t.origin)
                 return out.tags(idx)
             return SymTile(out.shape, memo(mtags), out.layout, None, out.value)
         return out
+
+    def _content_valued(self, t: SymTile) -> bool:
+        """A tile whose value reads an integer tensor's contents (data, though it has a value)."""
+        if t.value is None:
+            return False
+        return self._reads_contents(t.value(tuple(z3.Int(f"probe_{i}") for i in range(len(t.shape)))))
+
+    def _reads_contents(self, c) -> bool:
+        """Does the z3 value `c` read a tensor's contents (an application of a tensor's function)?"""
+        if not isinstance(c, z3.ExprRef):
+            return False
+        names = set(self.ctx.functions)
+        todo, seen = [c], set()
+        while todo:
+            x = todo.pop()
+            if x.get_id() in seen:
+                continue
+            seen.add(x.get_id())
+            if z3.is_app(x) and x.decl().name() in names:
+                return True
+            todo.extend(x.children())
+        return False
 
     def _v_Bin(self, e: ir.Bin):
         ops = self._operands((e.a, e.b))
@@ -226,11 +249,17 @@ class TileRules:
                 return {"&": z3.And, "|": z3.Or}.get(op, lambda x, y: None)(_bool(a), _bool(b))
             return {"+": lambda: as_int(a) + b, "-": lambda: as_int(a) - b, "*": lambda: as_int(a) * b,
                     "//": lambda: as_int(a) / b, "%": lambda: as_int(a) % b}.get(op, lambda: None)()
-        if (op == "&" and e.type.dtype.kind == "bool" and len(ops) == 2
-                and [t.value is None for t in ops].count(True) == 1):
-            # a data condition and a positional mask (`(x > lo) & (cols < N)`): false wherever the mask
-            # is, so a select on it takes its other side there (the tail is masked, not data)
-            pos, data = (ops[0], ops[1]) if ops[0].value is not None else (ops[1], ops[0])
+        data_ops = [t.value is None for t in ops]
+        if len(ops) == 2 and not any(data_ops):
+            # both carry values: one read from an integer tensor's contents beside a pure position mask
+            # (`(x == bins) & valid`) is the data side (two content conditions stay as they are, as the
+            # reference's where((keep != 0) & ...) reads them)
+            data_ops = [self._content_valued(t) for t in ops]
+        if op == "&" and e.type.dtype.kind == "bool" and len(ops) == 2 and data_ops.count(True) == 1:
+            # a data condition and a positional mask (`(x > lo) & (cols < N)`, `(x == bins) & valid` on an
+            # integer tensor's contents): false wherever the mask is, so a select on it takes its other side
+            # there (the tail is masked, not data)
+            pos, data = (ops[0], ops[1]) if not data_ops[0] else (ops[1], ops[0])
             n = len(e.type.shape)
             false = ElemTags({}, T.ZERO, "")
 

@@ -2,7 +2,8 @@
 
 Each element is added once, by the first thread holding it (a layout with replicas would otherwise add
 it once per replica). f32 uses `atomicAdd(float*)` (a `red.global.add.f32` since the result is
-unused); bf16 adds two neighbouring columns with one `atomicAdd(__nv_bfloat162*)` where the pair is
+unused), i32 `atomicAdd(int*)` (two's complement: wraps as the interpreter's int32 sum does); bf16
+adds two neighbouring columns with one `atomicAdd(__nv_bfloat162*)` where the pair is
 aligned and inside the tensor (sm_80+), else one `atomicAdd(__nv_bfloat16*)`. Masks are those of
 `store`: elements outside the tensor (the default) and where the mask is false are skipped.
 """
@@ -23,8 +24,8 @@ if TYPE_CHECKING:
 def atomic_add(em: Emitter, s: ir.AtomicAdd) -> None:
     gv = gview(em, s.dst)
     dt = s.dst.dtype
-    if dt.name not in ("f32", "bf16"):
-        raise unsupported(f"atomic_add into {dt}", s.span, "f32 and bf16 tensors are supported")
+    if dt.name not in ("f32", "bf16", "i32"):
+        raise unsupported(f"atomic_add into {dt}", s.span, "f32, bf16 and i32 tensors are supported")
     tile = isinstance(s.value.type, TileT)
     lay = s.layout if tile else em.default_layout(s.dst.shape, dt.bytes)
     if lay is None:

@@ -1306,8 +1306,8 @@ def _store(c: _Checker, e: ast.Call, kind: str = "store") -> Type:
     if dst.space == "shared" and w is not None:
         raise c.err("type", "store into shared memory takes no where= mask", w.value,
                     "select(mask, value, old) in registers, then store the whole tile")
-    if kind == "atomic_add" and dst.dtype.name not in ("f32", "bf16"):
-        raise c.err("type", f"atomic_add accumulates into f32 or bf16 tensors, not {dst.dtype}", e.args[0])
+    if kind == "atomic_add" and dst.dtype.name not in ("f32", "bf16", "i32"):
+        raise c.err("type", f"atomic_add accumulates into f32, bf16 or i32 tensors, not {dst.dtype}", e.args[0])
     if w is not None:
         mt = c.expr(w.value)
         if not (isinstance(mt, (ScalarT, TileT)) and (not isinstance(mt, TileT) or mt.space == "reg")
@@ -1339,7 +1339,7 @@ def _store(c: _Checker, e: ast.Call, kind: str = "store") -> Type:
 
 
 def _atomic_add(c: _Checker, e: ast.Call) -> Type:
-    """atomic_add(T[tile], value, where=m): T[i] += value[i] atomically, for f32 / bf16 global tensors."""
+    """atomic_add(T[tile], value, where=m): T[i] += value[i] atomically, for f32 / bf16 / i32 global tensors."""
     return _store(c, e, "atomic_add")
 
 

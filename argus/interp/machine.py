@@ -437,13 +437,17 @@ class BlockMachine:
         """dst += value where written (masked, where=), rounded to dst's type after the addition as the
         GPU's atomic does; not counted as a write (many adds to one element are the point)."""
         value, arr, src, shape, dst = self._written(s)
-        value = np.broadcast_to(np.asarray(value, np.float32), shape)
+        integer = not s.dst.dtype.is_float  # i32: an exact sum that wraps at 32 bits, as atomicAdd(int*)
+        value = np.broadcast_to(np.asarray(value, np.int64 if integer else np.float32), shape)
         keep = np.ones(shape, bool) if s.mask is None else np.broadcast_to(np.asarray(self.eval(s.mask), bool), shape)
         if s.dst.transposed:
             value, keep = value.T, keep.T
         view = arr[src]
         k = keep[dst]
-        view[k] = round_to(view[k].astype(np.float32) + value[dst][k], s.dst.dtype)
+        if integer:
+            view[k] = (view[k].astype(np.int64) + value[dst][k]).astype(np.uint32).astype(np.int32)
+        else:
+            view[k] = round_to(view[k].astype(np.float32) + value[dst][k], s.dst.dtype)
         arr[src] = view
 
     # ---- expressions ----

@@ -91,6 +91,7 @@ KERNELS = [
     ("masked_mean_len.arg", "masked_mean_len", {"M": 13, "N": 200}, ()),
     ("gemm_alpha_beta.arg", "gemm_alpha_beta", {"M": 100, "N": 70, "K": 72}, ()),
     ("gemm_dot_loaded.arg", "gemm_dot_loaded", {"M": 100, "N": 70, "K": 72}, ()),
+    ("histogram.arg", "hist", {"N": 3001, "NB": 37}, ()),
     ("gemm_two_outputs.arg", "gemm_two_outputs", {"M": 100, "N": 136, "K": 72}, ()),
     ("bmm_strided.arg", "bmm_strided", {"BATCH": 3, "M": 50, "N": 70, "K": 72}, ()),
     ("if_first_block.arg", "if_first_block", {"N": 1000}, ()),
