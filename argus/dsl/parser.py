@@ -390,6 +390,9 @@ def _syntax_diag(path: str, text: str, exc: UnexpectedInput) -> Diagnostic:
     if isinstance(tok, Token) and tok.type in ("_NL", "$END"):
         return Diagnostic("error", "syntax", "incomplete statement: the line ends in the middle of an expression",
                           span, ("complete the expression or remove the trailing operator",))
+    if isinstance(tok, Token) and tok.type == "COLON" and opened_here(lines, line, col) == "[":
+        return Diagnostic("error", "syntax", "a slice with a step (a[:, 0::2], a[i : j : 2]) is not supported", span,
+                          ("kernel and reference slices take start : stop or start : +length, unit stride",))
     if isinstance(tok, Token) and tok.type == "EQUAL":
         return Diagnostic("error", "syntax", "cannot assign here", span,
                           ("only names can be assigned (a = ..., a, b = ...); use '==' to compare",))
@@ -405,6 +408,12 @@ def _syntax_diag(path: str, text: str, exc: UnexpectedInput) -> Diagnostic:
     exp = ", ".join(nice[:6]) + (", ..." if len(nice) > 6 else "")
     msg = f"unexpected {_describe(tok) if isinstance(tok, Token) else 'input'}"
     return Diagnostic("error", "syntax", msg, span, (f"expected one of: {exp}",) if exp else ())
+
+
+def opened_here(lines: list[str], line: int, col: int) -> str | None:
+    """The innermost bracket open at (line, col), when it was opened on that line."""
+    got = _unclosed_bracket(lines, line, col)
+    return got[2] if got is not None and got[0] == line else None
 
 
 def _unclosed_bracket(lines: list[str], line: int, col: int) -> tuple[int, int, str] | None:

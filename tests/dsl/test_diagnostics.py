@@ -37,6 +37,8 @@ SYNTAX = [
     ("kernel k(A: f32[N]):\n    x = 1\n  y = 2\n", "syntax", "inconsistent indentation", 3, 1),
     ("kernel k(A: f32[N]):\n    x = 1 $ 2\n", "syntax", "unexpected character '$'", 2, 11),
     ("kernel k(A: f32[N]):\n    f(x) = 3\n", "syntax", "cannot assign here", 2, 10),
+    ("kernel k(A: f32[N]):\n    x = load(A[0 : 8 : 2])\n", "syntax", "a slice with a step", 2, 22),
+    ("kernel k(A: f32[N]):\n    x = a[:, 0::2]\n", "syntax", "a slice with a step", 2, 16),
     ("x = 1\n", "syntax", "expected 'kernel' or 'layer' at the top level", 1, 1),
     ("kernel (A: f32[N]):\n    pass\n", "syntax", "unexpected '('", 1, 8),
     ("kernel k(A: f32[N]):\n    f(a=1, 2)\n", "syntax", "positional argument after a keyword", 2, 12),
