@@ -63,23 +63,9 @@ def _functions_constrained(ctx) -> set[str]:
     """Tensors whose contents an assume of the kernel constrains: read in a constraint, or loaded in the
     body of a quantified assume."""
     fnames = _functions_read(ctx)
-    out = {n for c in ctx.constraints if not isinstance(c, bool) for n in _read_names(c, fnames)}
+    out = {n for c in ctx.constraints if not isinstance(c, bool) for n in T.applied_names(c, fnames)}
     for lam, _over, _env in ctx.quantified:
         out |= {n.ref.base for n in walk(lam.body) if isinstance(n, ir.Load)}
-    return out
-
-
-def _read_names(e, fnames: set[str]) -> set[str]:
-    out: set[str] = set()
-    todo, seen = [e], set()
-    while todo:
-        x = todo.pop()
-        if not isinstance(x, z3.ExprRef) or x.get_id() in seen:
-            continue
-        seen.add(x.get_id())
-        if z3.is_app(x) and x.num_args() > 0 and x.decl().name() in fnames:
-            out.add(x.decl().name())
-        todo.extend(x.children())
     return out
 
 
@@ -303,7 +289,7 @@ def _relevant(c, ctx, block_names: set[str]) -> bool:
 
 
 def _reads(e, fnames: set[str]) -> bool:
-    return bool(_read_names(e, fnames))
+    return bool(T.applied_names(e, fnames))
 
 
 def _parse_pin(key: str, fns: dict):

@@ -416,6 +416,22 @@ def const_names(e) -> frozenset:
     return _NAMES[rid]
 
 
+def applied_names(e, names) -> set[str]:
+    """The names in `names` of the uninterpreted functions applied in z3 term `e` (a tensor's contents,
+    `offs(3)`)."""
+    out: set[str] = set()
+    todo, seen = [e], set()
+    while todo:
+        x = todo.pop()
+        if not isinstance(x, z3.ExprRef) or x.get_id() in seen:
+            continue
+        seen.add(x.get_id())
+        if z3.is_app(x) and x.num_args() > 0 and x.decl().name() in names:
+            out.add(x.decl().name())
+        todo.extend(x.children())
+    return out
+
+
 def mentions(e, names) -> bool:
     """Does the z3 term `e` mention an integer constant named in `names`?"""
     if not isinstance(e, z3.ExprRef) or not names:

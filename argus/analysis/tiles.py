@@ -225,19 +225,7 @@ class TileRules:
 
     def _reads_contents(self, c) -> bool:
         """Does the z3 value `c` read a tensor's contents (an application of a tensor's function)?"""
-        if not isinstance(c, z3.ExprRef):
-            return False
-        names = set(self.ctx.functions)
-        todo, seen = [c], set()
-        while todo:
-            x = todo.pop()
-            if x.get_id() in seen:
-                continue
-            seen.add(x.get_id())
-            if z3.is_app(x) and x.decl().name() in names:
-                return True
-            todo.extend(x.children())
-        return False
+        return bool(T.applied_names(c, set(self.ctx.functions)))
 
     def _v_Bin(self, e: ir.Bin):
         ops = self._operands((e.a, e.b))
