@@ -3,6 +3,9 @@
 
     python3 benchmarks/tune/device_tune.py --out "$OUT"              # on the H200: ~9 minutes
     python3 benchmarks/tune/device_tune.py --out /tmp/dry --dry      # CPU: cost model, tiny shapes
+    # 48 attention evaluations take ~15 minutes, a device command at most 10: tune, then continue and compare
+    python3 benchmarks/tune/device_tune.py --out /tmp/t --families attention,moe --minutes 9.2 --no-compare
+    python3 benchmarks/tune/device_tune.py --out /tmp/t --families attention,moe --minutes 9 --resume
 
 For each family the built-in planner tunes a naive start (benchmarks/tune/starts/: GEMM mma.sync
 64x64x32 one stage; FlashAttention mma.sync BQ 64 one stage, no warp specialisation; MoE up-projection
@@ -42,7 +45,8 @@ sys.path.insert(0, str(ROOT))
 FAMILIES = {
     "gemm": {"start": "gemm_naive.arg", "kernel": None, "hand": ("gemm_ws.arg", None),
              "shapes": "M=4096,N=4096,K=4096;M=8192,N=8192,K=8192", "dry": "M=256,N=256,K=256"},
-    "attention": {"start": "flash_attention_naive.arg", "kernel": None, "hand": ("flash_attention_ws.arg", "flash_attention_ws_persistent"),
+    "attention": {"start": "flash_attention_naive.arg", "kernel": None,
+                  "hand": ("flash_attention_ws.arg", "flash_attention_ws_persistent"),
                   "shapes": "B=4,H=16,SQ=4096,D=128,HKV=16,SKV=4096", "dry": "B=1,H=2,SQ=256,D=128,HKV=2,SKV=256"},
     "moe": {"start": "moe_up_naive.arg", "kernel": "moe_up", "hand": ("moe.arg", "moe_up"),
             "shapes": "T=4096,E=8,KTOP=2,HID=4096,F=14336", "dry": "T=128,E=4,KTOP=2,HID=256,F=256"},
@@ -64,6 +68,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="tune and compare a family at other shapes, e.g. 'moe=T=4096,E=8,KTOP=2,HID=4096,F=8192' "
                     "(a related kernel for a second run with --store); the last ';'-separated set is compared")
     ap.add_argument("--dry", action="store_true", help="no GPU: CPU cost model, tiny shapes, estimates only")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue the runs recorded in --out (a device command is limited to 10 minutes: a run of "
+                    "48 attention evaluations takes two)")
+    ap.add_argument("--no-compare", action="store_true", help="tune only; leave the comparison to a --resume call")
     ap.add_argument("--verify-timeout", type=float, default=60.0,
                     help="seconds per static-verifier run (default 60: a three-stage FlashAttention candidate "
                     "takes 20-30 s, and at 30 s six of 13 attention candidates of the 2026-12-01 run were unknown)")
@@ -92,6 +100,8 @@ def tune_command(fam: str, args: argparse.Namespace, out: Path, limit_s: float) 
            "--verify-timeout", str(args.verify_timeout)]
     if spec["kernel"]:
         cmd += ["--kernel", spec["kernel"]]
+    if args.resume and (out / fam / "record.jsonl").exists():
+        cmd += ["--resume"]
     if args.dry:
         cmd += ["--verifier", "interp", "--timeout", "300"]
     return cmd
@@ -108,7 +118,7 @@ def run_tunes(args: argparse.Namespace, out: Path, t_end: float) -> dict[str, in
     waves = math.ceil(len(queue) / args.parallel)
 
     def pump(fam: str, p: subprocess.Popen) -> None:
-        with open(out / fam / "tune.log", "w") as log:
+        with open(out / fam / "tune.log", "a") as log:
             for line in p.stdout:  # type: ignore[union-attr]
                 log.write(line)
                 log.flush()
@@ -117,7 +127,7 @@ def run_tunes(args: argparse.Namespace, out: Path, t_end: float) -> dict[str, in
     while queue or running:
         while queue and len(running) < args.parallel:
             fam = queue.pop(0)
-            left = t_end - time.monotonic() - COMPARE_RESERVE_S
+            left = t_end - time.monotonic() - (0 if args.no_compare else COMPARE_RESERVE_S)
             share = left / max(1, waves)
             if share < 60:
                 print(f"[{fam}] skipped: no time left", flush=True)
@@ -363,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device_tune: {', '.join(args.families)} from benchmarks/tune/starts/, budget {args.budget}, "
           f"{args.minutes:.1f} min, out {out}", flush=True)
     codes = run_tunes(args, out, t_end)
+    if args.no_compare:
+        return 0 if all(c == 0 for c in codes.values()) else 1
     rows = []
     for fam in args.families:
         run = best_of(fam, out)

@@ -36,6 +36,19 @@ def test_arguments_are_checked():
     assert gpu[gpu.index("--evaluator") + 1] == "gpu" and gpu[gpu.index("--shapes") + 1].count(";") == 1
 
 
+def test_resume_continues_only_a_recorded_run(tmp_path):
+    """--resume (a device command is limited to 10 minutes) passes argus tune's --resume to a family with a
+    record in --out, and starts the others afresh."""
+    dt = load_script()
+    args = dt.parse_args(["--resume", "--no-compare", "--store", "s.json"])
+    assert args.no_compare
+    (tmp_path / "moe").mkdir()
+    (tmp_path / "moe" / "record.jsonl").write_text("{}\n")
+    assert "--resume" in dt.tune_command("moe", args, tmp_path, 120.0)
+    assert "--resume" not in dt.tune_command("gemm", args, tmp_path, 120.0)
+    assert "--resume" not in dt.tune_command("moe", dt.parse_args(["--store", "s.json"]), tmp_path, 120.0)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["gemm_naive.arg", "flash_attention_naive.arg", "moe_up_naive.arg"])
 def test_every_naive_start_verifies(name):
