@@ -12,7 +12,7 @@ import numpy as np
 from argus.dsl.diagnostics import error
 from argus.dsl.reference import evaluate_reference
 from argus.dsl.types import DTYPES
-from argus.interp.numerics import round_to, storage_dtype
+from argus.interp.numerics import random_ints, round_to, storage_dtype
 from argus.interp.run import compare
 from argus.layers import Layer, layer_params, outputs_of
 
@@ -31,7 +31,7 @@ def _inputs(layer: Layer, dims: dict[str, int], rng: np.random.Generator) -> dic
         elif dt.is_float:
             arrays[a.name] = round_to(rng.standard_normal(shape), dt)
         else:
-            arrays[a.name] = rng.integers(0, 8, size=shape).astype(storage_dtype(dt))
+            arrays[a.name] = random_ints(dt, shape, rng)
     return arrays
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from argus.agent.workload import reference_cost, tensor_shape
 from argus.dsl.reference import evaluate_reference
-from argus.interp.numerics import element_tolerance, round_to, storage_dtype
+from argus.interp.numerics import element_tolerance, random_ints, reference_array, round_to, storage_dtype
 from argus.ir import nodes as ir
 
 MAX_SLICED_FLOPS = 4e9  # float64 work of one sampled reference evaluation (a few seconds at most)
@@ -48,7 +48,7 @@ def big_inputs(kernel: ir.Kernel, dims: dict[str, int], rng: np.random.Generator
             x *= np.float32(GRID_STEP)
             arrays[t.name] = x if t.dtype.name in ("bf16", "f16", "f32") else round_to(x, t.dtype)
         else:
-            arrays[t.name] = rng.integers(0, 8, size=shape).astype(storage_dtype(t.dtype))
+            arrays[t.name] = random_ints(t.dtype, shape, rng)
     return arrays
 
 
@@ -104,7 +104,7 @@ class SlicedReference:
             for axis, d in enumerate(t.dims):
                 if isinstance(d, str) and d in select:
                     a = np.take(a, select[d], axis=axis)
-            env[t.name] = a.astype(np.float64) if a.dtype.kind == "f" else a.copy()
+            env[t.name] = reference_array(a)
         env.update(dims)
         env.update({d: len(ix) for d, ix in select.items()})
         env.update(self.k.param_dict)

@@ -54,6 +54,13 @@ class Arr:
         return len(self.shape)
 
 
+def _truth(v) -> z3.BoolRef:
+    """A position value as a where() condition: numbers are true where nonzero (where(tril(ones(...)), ...))."""
+    if isinstance(v, bool) or z3.is_bool(v):
+        return T.zb(v)
+    return as_int(v) != 0
+
+
 def _is_one(n) -> bool:
     return isinstance(n, int) and n == 1
 
@@ -543,7 +550,7 @@ class ReferenceTerms:
             return Arr(shape, delem)
 
         def elem(idx):
-            return T.sel(T.zb(c.value(self.sub(c, idx))), a.elem(self.sub(a, idx)), b.elem(self.sub(b, idx)))
+            return T.sel(_truth(c.value(self.sub(c, idx))), a.elem(self.sub(a, idx)), b.elem(self.sub(b, idx)))
         return Arr(shape, elem)
 
     def fn_transpose(self, x, axes=None, span=None):
@@ -564,17 +571,16 @@ class ReferenceTerms:
         return self._reshape(a, shape, span)
 
     def _reshape(self, a: Arr, shape: tuple, span) -> Arr:
-        """Reshapes that only insert / drop unit axes, or split / merge axes with concrete sizes."""
+        """Reshapes that only insert / drop unit axes, or split / merge axes with concrete sizes. A position
+        array stays one (reshape(arange(S), (S, 1)) > arange(S) is a mask, as arange(S)[:, None] is)."""
         src = [s for s in a.shape if not _is_one(s)]
         dst = [s for s in shape if not _is_one(s)]
         if len(src) == len(dst) and all(_same(x, y, self.ctx.constraints) for x, y in zip(src, dst)):
-            def elem(idx):
+            def where(idx):
                 it = iter([i for i, s in zip(idx, shape) if not _is_one(s)])
-                full = tuple(0 if _is_one(s) else next(it) for s in a.shape)
-                return a.elem(full)
-            return Arr(tuple(shape), elem)
-        if all(isinstance(s, int) for s in a.shape) and all(isinstance(s, int) for s in shape):
-            def elem(idx):
+                return tuple(0 if _is_one(s) else next(it) for s in a.shape)
+        elif all(isinstance(s, int) for s in a.shape) and all(isinstance(s, int) for s in shape):
+            def where(idx):
                 flat = z3.IntVal(0)
                 for i, s in zip(idx, shape):
                     flat = flat * s + as_int(i)
@@ -582,9 +588,11 @@ class ReferenceTerms:
                 for s in reversed(a.shape):
                     full.append(flat % s)
                     flat = flat / s
-                return a.elem(tuple(reversed(full)))
-            return Arr(tuple(shape), elem)
-        raise NotAnalysable("a reshape of runtime-sized axes other than inserting unit axes", span)
+                return tuple(reversed(full))
+        else:
+            raise NotAnalysable("a reshape of runtime-sized axes other than inserting unit axes", span)
+        value = (lambda idx: a.value(where(idx))) if a.value is not None else None
+        return Arr(tuple(shape), lambda idx: a.elem(where(idx)), value)
 
     def fn_arange(self, n, span=None):
         return Arr((n,), lambda idx: T.VALUE, lambda idx: idx[0])
@@ -720,7 +728,14 @@ class ReferenceTerms:
         def keep(idx):
             r, c = as_int(idx[-2]), as_int(idx[-1])
             return c >= r + k if upper else c <= r + k
-        return Arr(a.shape, lambda idx: T.sel(keep(idx), a.elem(idx), T.ZERO))
+        value = None
+        if a.value is not None:  # triu(ones((S, S)), 1) > 0 is a position mask, as causal_mask is
+            def value(idx):
+                v = a.value(idx)
+                if isinstance(v, bool) or z3.is_bool(v):
+                    return z3.And(keep(idx), T.zb(v))
+                return z3.If(keep(idx), as_int(v), 0)
+        return Arr(a.shape, lambda idx: T.sel(keep(idx), a.elem(idx), T.ZERO), value)
 
     def fn_tril(self, x, k=0, span=None):
         return self._tri(x, k, False)

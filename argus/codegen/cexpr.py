@@ -43,6 +43,14 @@ def compute_type(dt: DType) -> str:
     return COMPUTE.get(dt.name, CTYPE[dt.name])
 
 
+def wrap_narrow(dt: DType, x: str) -> str:
+    """Arithmetic on an integer narrower than int is C's int arithmetic; the language's (the interpreter's,
+    NumPy's, Triton's) is the element type's: the result wraps to it (i8 100 * 100 is 16)."""
+    if dt.kind in ("int", "uint") and dt.bits < 32:
+        return f"(({CTYPE[dt.name]})({x}))"
+    return x
+
+
 def is_narrow_float(dt: DType) -> bool:
     return dt.name in COMPUTE
 

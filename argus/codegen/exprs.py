@@ -21,7 +21,16 @@ from __future__ import annotations
 import math
 
 from argus.codegen import exchange, memory
-from argus.codegen.cexpr import compute_type, ctype, from_compute, is_narrow_float, literal, render_layout, to_compute
+from argus.codegen.cexpr import (
+    compute_type,
+    ctype,
+    from_compute,
+    is_narrow_float,
+    literal,
+    render_layout,
+    to_compute,
+    wrap_narrow,
+)
 from argus.codegen.errors import unsupported
 from argus.codegen.tiles import TileMap
 from argus.dsl.types import DTYPES, I32, ScalarT, TileT
@@ -230,6 +239,8 @@ class Expressions:
             return self.ex(x, i, tm, loads, pos=pos)
 
         def rounded(x: str) -> str:
+            if not dt.is_float:
+                return wrap_narrow(dt, x)
             if top or not is_narrow_float(dt):
                 return x
             return to_compute(dt, from_compute(dt, x))
@@ -447,9 +458,9 @@ class Expressions:
                     "warpgroup_id": f"({t} >> 7)"}[e.kind]
         if isinstance(e, ir.Bin):
             nonneg = self.is_nonneg(e.a) and self.is_nonneg(e.b)
-            return self.binop(e.op, self.sx(e.a), self.sx(e.b), e.type.dtype, nonneg)
+            return wrap_narrow(e.type.dtype, self.binop(e.op, self.sx(e.a), self.sx(e.b), e.type.dtype, nonneg))
         if isinstance(e, ir.Un):
-            return self.unop(e.op, self.sx(e.a))
+            return wrap_narrow(e.type.dtype, self.unop(e.op, self.sx(e.a)))
         if isinstance(e, ir.Cmp):
             op = {"and": "&&", "or": "||"}.get(e.op, e.op)
             return f"({self.sx(e.a)} {op} {self.sx(e.b)})"

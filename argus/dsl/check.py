@@ -907,6 +907,10 @@ class _Checker:
                         raise self.err("undefined-name", f"undefined name '{n.id}' in the reference block", n)
                 if isinstance(n, ast.Call):
                     fname = n.func_name
+                    if fname is None and isinstance(n.func, ast.Attribute):
+                        raise self.err("undefined-name", f"the reference block calls the method "
+                                       f"'.{n.func.attr}()'; it takes NumPy's function spelling, not methods",
+                                       n.func, _method_hint(n.func.attr))
                     if fname is None or fname not in REFERENCE_NAMES:
                         raise self.err("undefined-name", f"unknown reference function '{fname}'", n.func,
                                        "available: " + ", ".join(sorted(REFERENCE_NAMES)))
@@ -1525,3 +1529,11 @@ def check_module(module: ast.Module, defines: dict[str, object] | None = None) -
         raise ArgusError(Diagnostic("error", "empty", "no kernel in this file", module.span,
                                     ("declare one: kernel name(A: bf16[M, K], ...):",)))
     return [check_kernel(k, defines) for k in module.kernels]
+
+
+def _method_hint(attr: str) -> str:
+    if attr == "astype":
+        return "drop it: the reference already sees floats in float64 and integers in int64 (or float(X), int(X))"
+    if attr in REFERENCE_NAMES:
+        return f"write {attr}(X, axis=...)" if attr in ("sum", "max", "min", "mean") else f"write {attr}(X, ...)"
+    return f"'{attr}' is not among the reference functions either: " + ", ".join(sorted(REFERENCE_NAMES))

@@ -16,6 +16,28 @@ def storage_dtype(dt: DType) -> np.dtype:
                     if dt.kind == "int" else {8: np.uint8, 32: np.uint32}[dt.bits])
 
 
+def reference_array(a: np.ndarray) -> np.ndarray:
+    """An input as the `reference:` block sees it: a copy in float64 (floats) or int64 (integers), so the
+    reference computes the mathematical value (i8 100 * 100 is 10000 there; a kernel's i8 product wraps)."""
+    if a.dtype.kind == "f":
+        return a.astype(np.float64)
+    if a.dtype.kind in "iu":
+        return a.astype(np.int64)
+    return a.copy()
+
+
+def random_ints(dt: DType, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Random contents of an integer tensor. i32 / i64 / u32 hold indices, counts and labels far more often
+    than data: small values (0..7) keep them in range. An 8- or 16-bit tensor holds data (quantised values):
+    its whole range, so arithmetic that wraps in the element type (i8 100 * 100) shows against the float64
+    reference."""
+    sd = storage_dtype(dt)
+    if dt.kind in ("int", "uint") and dt.bits < 32:
+        info = np.iinfo(sd)
+        return rng.integers(int(info.min), int(info.max) + 1, size=shape).astype(sd)
+    return rng.integers(0, 8, size=shape).astype(sd)
+
+
 def round_bf16(x: np.ndarray) -> np.ndarray:
     """Round float32 values to the nearest bfloat16 (ties to even), kept in float32."""
     x = np.ascontiguousarray(x, dtype=np.float32)

@@ -12,7 +12,7 @@ from argus.dsl.reference import evaluate_reference
 from argus.dsl.types import TileT
 from argus.interp.budget import check_dims, check_fits, paced_blocks
 from argus.interp.machine import execute, grid_size
-from argus.interp.numerics import element_tolerance, round_to, storage_dtype, tolerance
+from argus.interp.numerics import element_tolerance, random_ints, reference_array, round_to, storage_dtype, tolerance
 from argus.ir import nodes as ir
 from argus.ir.transform import walk
 
@@ -92,7 +92,7 @@ def make_arrays(kernel: ir.Kernel, dims: dict[str, int], rng: np.random.Generato
         elif t.dtype.is_float:
             arrays[t.name] = round_to(rng.standard_normal(shape), t.dtype)
         else:
-            arrays[t.name] = rng.integers(0, 8, size=shape).astype(storage_dtype(t.dtype))
+            arrays[t.name] = random_ints(t.dtype, shape, rng)
     return arrays
 
 
@@ -139,8 +139,8 @@ def _compare(name, out64, ref64, finite, nonfinite, dtype, strict) -> OutputChec
 
 def reference_env(kernel: ir.Kernel, arrays: dict[str, np.ndarray], dims: dict[str, int],
                   scalars: dict[str, object]) -> dict[str, object]:
-    """What the `reference:` block sees: copies of the arrays (floats in float64), dims, params, scalars."""
-    env: dict[str, object] = {n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy() for n, a in arrays.items()}
+    """What the `reference:` block sees: copies of the arrays (float64 / int64), dims, params, scalars."""
+    env: dict[str, object] = {n: reference_array(a) for n, a in arrays.items()}
     env.update(dims)
     env.update(kernel.param_dict)
     env.update(scalars)

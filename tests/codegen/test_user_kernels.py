@@ -107,6 +107,9 @@ KERNELS = [
     ("dropout_scale_mask.arg", "dropout_scale_mask", {"M": 37, "N": 300}, ()),
     ("persistent_axpy.arg", "persistent_axpy", {"N": 3001}, ()),
     ("logsumexp_online.arg", "logsumexp_online", {"M": 37, "N": 300}, ()),
+    # round 3: 8-bit integers (their inputs span the whole i8 range; products widened to i32 first)
+    ("int8_rowdot.arg", "int8_rowdot", {"R": 37, "K": 300}, ()),
+    ("dequant_i8.arg", "dequant_i8", {"M": 37, "N": 300}, ()),
 ]
 IDS = [f"{k[1]}" for k in KERNELS]
 

@@ -280,3 +280,21 @@ def test_compile_time_choice_of_tiles_lowers_to_the_branch():
     k = build_source(src, {}, path="t.arg")
     assert "Select(" not in repr(k.body)
     assert verify(k).status == VERIFIED
+
+
+@pytest.mark.parametrize(("ref", "col", "hint"), [
+    ("Y = X.astype(float64) * 2.0", 9, "drop it"),
+    ("Y = reshape(X, (N,)).sum(axis=0) + X", 9, "sum(X, axis=...)"),
+    ("Y = X.clip(0.0, 1.0)", 9, "not among the reference functions"),
+])
+def test_a_method_call_in_the_reference_names_the_method(ref, col, hint):
+    d = _diag(f"""
+kernel k(X: f32[N], Y: f32[N]):
+    launch grid=(cdiv(N, 64),), threads=64
+    b = block_id(0)
+    store(Y[b * 64 : +64], load(X[b * 64 : +64]) * 2.0)
+reference:
+    {ref}
+""")
+    assert d.code == "undefined-name" and "None" not in d.message and "method" in d.message, d.message
+    assert (d.span.line, d.span.col) == (7, col) and hint in " ".join(d.notes), (d.span, d.notes)
