@@ -225,8 +225,8 @@ def _check_layer(args, layer, defines: dict[str, object], src) -> tuple[int, dic
     else:
         problems, tested = check_composition(plan, explicit), True
     dt = time.perf_counter() - t0
-    if problems:
-        codes.append(EXIT_ERROR)
+    if problems:  # a composition that could not be tested is a warning: unknown, not violated
+        codes.append(EXIT_ERROR if any(p.severity == "error" for p in problems) else EXIT_UNKNOWN)
     code = EXIT_ERROR if EXIT_ERROR in codes else EXIT_UNKNOWN if EXIT_UNKNOWN in codes else EXIT_OK
     status = {EXIT_OK: "ok" if args.no_verify else "verified", EXIT_ERROR: "violated"}.get(code, "unknown")
     if args.format == "text":

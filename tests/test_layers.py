@@ -157,10 +157,14 @@ def test_a_layers_assume_bounds_its_composition_test_and_its_calls(tmp_path) -> 
 
     with pytest.raises(ArgumentError, match="precondition at line .* of layer twice_plus_one .* does not hold"):
         layer(np.zeros((9, 22), np.float32), np.zeros((9, 22), np.float32))
-    # an assume no drawn dims satisfy leaves nothing to test: a located problem, not a silent pass
+    # an assume no drawn dims satisfy leaves nothing to test: a located warning (unknown), not a silent pass
     never = src.replace("assume(C <= 64 and C % 4 == 0)", "assume(C == 100001)")
     problems = check_composition(_plan(never), {})
-    assert problems and "no dims drawn satisfy the assumes of layer 'twice_plus_one'" in problems[0].message
+    assert problems and problems[0].severity == "warning" and "was not tested" in problems[0].message
+    assert "no dims drawn satisfy its assumes" in problems[0].message and "-D" in problems[0].notes[0]
+    # a size an assume pins (a head dim) is among the drawn ones; a dim given with -D is used as given
+    assert check_composition(_plan(src.replace("assume(C <= 64 and C % 4 == 0)", "assume(C == 64)")), {}) == []
+    assert check_composition(_plan(src.replace("assume(C <= 64 and C % 4 == 0)", "assume(C == 44)")), {"C": 44}) == []
     with pytest.raises(ArgusError, match="'Q' in an assume"):
         _plan(src.replace("C % 4 == 0", "Q % 4 == 0"))
 
@@ -180,6 +184,12 @@ def test_check_verifies_each_call_and_the_composition(tmp_path, capsys) -> None:
     bad = _write(tmp_path, head + "layer twice_plus_one" + tail.replace("Z = X * 2 + 1", "Z = X * 2 + 2"))
     assert main(["check", str(bad), "--kernel", "twice_plus_one"]) == 1
     assert "[layer-composition]" in capsys.readouterr().out
+    # a composition no drawn dims can test is unknown (exit 2), with the -D to give
+    pinned = tail.replace("    T = empty(", "    assume(C == 100001)\n    T = empty(", 1)
+    never = _write(tmp_path, head + "layer twice_plus_one" + pinned)
+    assert main(["check", str(never), "--kernel", "twice_plus_one"]) == 2
+    out = capsys.readouterr().out
+    assert "layer 'twice_plus_one': unknown" in out and "was not tested" in out
 
 
 def test_gemm_ws_splitk_composes_to_a_matmul_and_runs_in_the_interpreter() -> None:

@@ -427,11 +427,14 @@ def warpgroups(p: Program, args: dict, env: Env) -> Program:
 
 @rewrite("split_k", "split the K loop over blocks: args {splits: int}")
 def split_k(p: Program, args: dict, env: Env) -> Program:
-    # Each split produces a partial sum of the same output tile; combining them needs an atomic add
-    # or a workspace plus a second reduction pass. Without either, the splits would each store their
-    # partial result to the same elements (a double write the verifier rejects), so say so up front.
-    raise Inapplicable("split-K needs a cross-block reduction (atomic add or a workspace and a second pass); "
-                       "the language has neither yet. For small M prefer smaller BM with more N tiles.")
+    # Each split produces a partial sum of the same output tile. The language has both ways to combine
+    # them (atomic_add into an f32 output; an f32 workspace and a reduction kernel in a `layer`, as
+    # gemm_ws.arg's gemm_ws_splitk), but the first changes the output's contract (it must start zeroed)
+    # and the second turns the kernel into two, and the tune loop rewrites and times one kernel.
+    raise Inapplicable("split-K turns the kernel into a layer (partial products into an f32 workspace, then "
+                       "a reduction kernel: gemm_ws.arg's gemm_ws_splitk) or needs a zeroed output for "
+                       "atomic_add; the tune loop rewrites one kernel, so it is not offered. For few output "
+                       "tiles prefer smaller BM / BN.")
 
 
 def apply_rewrite(name: str, p: Program, args: dict, env: Env) -> Program:

@@ -64,13 +64,19 @@ def accumulated(out: str, coords: tuple, sites: list, ctx, tag: str) -> T.Term:
         ren = list(zip(ctx.block, blk))
         # the site is evaluated at placeholder view indices, its block renamed, and only then are the
         # placeholders bound to where coords lies in block b's view (coords belong to the observing block)
-        hold = tuple(z3.Int(f"al{tag}_{n}_{d}") for d in range(len(coords)))
-        local = [(h, as_int(c) - z3.substitute(as_int(s), *ren)) for h, c, s in zip(hold, coords, st.view.starts)]
+        # (a view's tile axes are its sliced axes, in order or reversed when transposed; an axis indexed by
+        # a scalar, Out[row, d0 : +BD], is no tile axis: coords must equal its start there)
+        v = st.view
+        starts = [z3.substitute(as_int(s), *ren) for s in v.starts]
+        hold = tuple(z3.Int(f"al{tag}_{n}_{d}") for d in range(len(v.shape)))
+        offsets = [as_int(c) - s for c, s, e in zip(coords, starts, v.extents) if e is not None]
+        local = list(zip(hold, offsets[::-1] if v.transposed else offsets))
+        fixed = [as_int(c) == s for c, s, e in zip(coords, starts, v.extents) if e is None]
         body = substitute(substitute(st.value.tags(hold).term, ren), local)
         in_grid = z3.And(*[z3.And(b >= 0, b < as_int(g)) for b, g in zip(blk, ctx.grid)])
-        in_view = [c for i, e in zip(hold, st.view.shape) for c in (i >= 0, i < e)]
+        in_view = [c for i, e in zip(hold, v.shape) for c in (i >= 0, i < e)]
         inside = z3.substitute(z3.And(*in_view, T.zb(st.inside(hold))), *ren)
-        domain = z3.And(in_grid, z3.substitute(inside, *local))
+        domain = z3.And(in_grid, z3.substitute(inside, *local), *fixed)
         if isinstance(body, T.Red) and body.kind == "sum":  # a block's partial sum: one sum over (block, member)
             total = T.op("+", total, T.red("sum", blk + body.vars, z3.And(domain, T.zb(body.domain)), body.body,
                                            site=body.site, chain=chain))

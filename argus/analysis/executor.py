@@ -273,6 +273,7 @@ class Executor(TileRules, RingRules):
             c = to_bool(self.scalar(s.cond))
             if not isinstance(c, bool):
                 self.ctx.constraints.append(c)
+                self.ctx.assumed.add(c.get_id())
         elif isinstance(s, ir.Copy):
             self.copy(s)
         elif isinstance(s, ir.Commit):

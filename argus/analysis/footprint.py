@@ -310,6 +310,10 @@ class ReferenceContract:
         kers = [r for r in _stored_maxima(ker) if r.kind == "max" and r.vars]
         if not refs or not kers:
             return
+        if all(_at_least_zero(r.body) for r in refs):
+            # the reference's members are never below 0 (max(abs(X))): a member that is 0 at the fill
+            # (abs(0)) is no larger than the reference's maximum, so it cannot change it
+            kers = [m for m in kers if not _at_least_zero(m.body)]
         bads = []
         for ri, r in enumerate(refs):
             keys = index_atoms(r)
@@ -857,3 +861,17 @@ def _member_at(matched, keys, x, tag):
         inside = T.zb(atoms[t].inside)
         conds.append(z3.substitute(inside, *ren) if ren else inside)
     return z3.And(*conds), [v2 for _v, v2 in ren]
+
+
+def _at_least_zero(t) -> bool:
+    """A term that is >= 0 wherever it is defined and 0 at a zero fill: abs(...), through casts and position
+    selects between such terms and zeros."""
+    if isinstance(t, T.Op):
+        if t.fn == "abs":
+            return True
+        if t.fn in ("cast", "float") and len(t.args) == 1:
+            return _at_least_zero(t.args[0])
+        return False
+    if isinstance(t, T.Sel):
+        return all(x is not None and (x.zero or _at_least_zero(x)) for x in (t.a, t.b))
+    return False

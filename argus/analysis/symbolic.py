@@ -188,6 +188,9 @@ class Context:
     # assume(lambda i: cond, over=N): (lambda, N term, env at the assume); instantiated by the checks
     # that need them (output coverage), never asserted as quantifiers
     quantified: list = field(default_factory=list)
+    # z3 ids of the constraints assume() added (a precondition: an execution where one fails is outside
+    # the contract), as against a path's branch conditions
+    assumed: set = field(default_factory=set)
 
     def instantiate(self, q, v):
         """The quantified assume q at index v: 0 <= v < N implies cond(v)."""

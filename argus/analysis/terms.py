@@ -416,9 +416,10 @@ def const_names(e) -> frozenset:
     return _NAMES[rid]
 
 
-def applied_names(e, names) -> set[str]:
+def applied_names(e, names, varying: set[str] | None = None) -> set[str]:
     """The names in `names` of the uninterpreted functions applied in z3 term `e` (a tensor's contents,
-    `offs(3)`)."""
+    `offs(3)`); with `varying`, only applications at an argument that mentions one of those constants
+    (`X(b * 64 + i)` varies with the element index i; `lens(r)`, one value for the whole tile, does not)."""
     out: set[str] = set()
     todo, seen = [e], set()
     while todo:
@@ -427,7 +428,8 @@ def applied_names(e, names) -> set[str]:
             continue
         seen.add(x.get_id())
         if z3.is_app(x) and x.num_args() > 0 and x.decl().name() in names:
-            out.add(x.decl().name())
+            if varying is None or any(mentions(a, varying) for a in x.children()):
+                out.add(x.decl().name())
         todo.extend(x.children())
     return out
 

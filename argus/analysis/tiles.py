@@ -208,9 +208,11 @@ class TileRules:
             # a positional mask cast to a number is 1 where it holds and a structural 0 elsewhere, so
             # x * cast(cols < N, f32) masks like select(cols < N, x, 0.0) does; a condition on an integer
             # tensor's contents (a histogram's x == bin) is data, and keeps its tags
+            content = self._content_valued(out)
+
             def mtags(idx, out=out):
                 c = out.value(idx)
-                if (isinstance(c, bool) or z3.is_bool(c)) and not self._reads_contents(c):
+                if (isinstance(c, bool) or z3.is_bool(c)) and not content:
                     t = out.tags(idx)
                     return ElemTags(t.fields, T.sel(c, T.VALUE, T.ZERO), t.origin)
                 return out.tags(idx)
@@ -218,14 +220,13 @@ class TileRules:
         return out
 
     def _content_valued(self, t: SymTile) -> bool:
-        """A tile whose value reads an integer tensor's contents (data, though it has a value)."""
+        """A tile whose value reads an integer tensor's contents element by element (`x == bins` with x
+        loaded from a tile of X: data, though it has a value). A bound loaded once for the whole tile
+        (`cols < load(lens[r])`) keeps the tile a position mask, as MoE row masks are."""
         if t.value is None:
             return False
-        return self._reads_contents(t.value(tuple(z3.Int(f"probe_{i}") for i in range(len(t.shape)))))
-
-    def _reads_contents(self, c) -> bool:
-        """Does the z3 value `c` read a tensor's contents (an application of a tensor's function)?"""
-        return bool(T.applied_names(c, set(self.ctx.functions)))
+        probes = tuple(z3.Int(f"probe_{i}") for i in range(len(t.shape)))
+        return bool(T.applied_names(t.value(probes), set(self.ctx.functions), {p.decl().name() for p in probes}))
 
     def _v_Bin(self, e: ir.Bin):
         ops = self._operands((e.a, e.b))

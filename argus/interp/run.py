@@ -26,6 +26,7 @@ class OutputCheck:
     tolerance: float
     bad: int  # elements off by more than the per-element bound (or non-finite)
     first_bad: tuple[tuple[int, ...], float, float] | None  # (index, output, reference)
+    compared: int = -1  # elements where the reference is defined (not NaN); -1: not counted
 
     @property
     def ok(self) -> bool:
@@ -35,6 +36,8 @@ class OutputCheck:
         s = f"{self.name}: relative error {self.rel_error:.2e} (tolerance {self.tolerance:.0e})"
         if self.nonfinite:  # the relative error is over the finite elements only: say what it leaves out
             s += f", {self.nonfinite} non-finite (unwritten NaN poison, or an overflow)"
+        if self.compared == 0:
+            s += "; nothing compared: the reference is NaN at every element (use dims where it is defined)"
         if self.bad:
             idx, got, want = self.first_bad
             s += (f"; {self.bad} wrong element{'s' if self.bad > 1 else ''}, first "
@@ -120,12 +123,13 @@ def compare(name: str, out: np.ndarray, ref, dtype, strict: bool = False) -> Out
 
 def _compare(name, out64, ref64, finite, nonfinite, dtype, strict) -> OutputCheck:
     diff = np.where(finite & ~np.isnan(ref64), out64 - ref64, 0.0)
-    denom = float(np.linalg.norm(ref64[np.isfinite(ref64)])) or 1.0
+    fin = ref64[np.isfinite(ref64)]
+    denom = float(np.linalg.norm(fin)) or 1.0
     rel = float(np.linalg.norm(diff)) / denom
     mx = float(np.max(np.abs(diff))) if diff.size else 0.0
     # Per element: rounding to the output dtype plus fp32 accumulation, relative to the element and to
     # the tensor's RMS (so near-zero elements are not held to an impossible relative bound).
-    rms = float(np.sqrt(np.mean(ref64[np.isfinite(ref64)] ** 2))) if ref64.size else 0.0
+    rms = float(np.sqrt(np.mean(fin ** 2))) if fin.size else 0.0
     bound = element_tolerance(dtype) * (0.5 if strict else 1.0) * (np.abs(ref64) + rms)
     # where the reference itself is undefined (NaN: e.g. a query row that sees no key), so may the kernel be
     wrong = ~(np.abs(out64 - ref64) <= bound) & ~(np.isinf(ref64) & (out64 == ref64)) & ~np.isnan(ref64)
@@ -134,7 +138,7 @@ def _compare(name, out64, ref64, finite, nonfinite, dtype, strict) -> OutputChec
     if bad:
         idx = tuple(int(i) for i in np.argwhere(wrong)[0])
         first = (idx, float(out64[idx]), float(ref64[idx]))
-    return OutputCheck(name, rel, mx, max(0, nonfinite), tolerance(dtype), bad, first)
+    return OutputCheck(name, rel, mx, max(0, nonfinite), tolerance(dtype), bad, first, int((~np.isnan(ref64)).sum()))
 
 
 def reference_env(kernel: ir.Kernel, arrays: dict[str, np.ndarray], dims: dict[str, int],

@@ -134,12 +134,15 @@ def block_coverage(cov: Coverage, a: Analysis, live, out: str) -> None:
         else:
             region = z3.Or(*[z3.And(*tr.trip_constraints) for tr, _c in live])
     groups: dict[tuple, tuple[list, list]] = {}
-    for trace, _ctx in live:
+    for trace, tctx in live:
         stores = [s for s in trace.stores if s.view.base == out]
         # which path a block takes: its decisions; the loop trip counts only where a store is inside a loop
         # (explored up to a cap and certified periodic beyond it, they do not restrict which blocks store)
         trips = set() if region is not None else {x.get_id() for x in trace.trip_constraints}
-        path = [x for x in trace.constraints if not (isinstance(x, z3.ExprRef) and x.get_id() in trips)]
+        # nor do the path's assumes: a block that reaches the store writes there for every input the
+        # contract admits (`if t < T: assume(0 <= ids[t] < V)` does not make ids[t] = -1 an unwritten row)
+        path = [x for x in trace.constraints
+                if not (isinstance(x, z3.ExprRef) and (x.get_id() in trips or x.get_id() in tctx.assumed))]
         groups.setdefault(signature(stores), (stores, []))[1].append(path)
     # one group: every path makes the same stores, so which path a block takes does not matter
     single = len(groups) == 1
