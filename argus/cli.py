@@ -317,7 +317,13 @@ def _verify_ahead(args, walk) -> None:
 def _check_params(args, src, defines: dict[str, object]) -> tuple[int, dict]:
     """One kernel with one set of params and dims: verified once per command (a set that several routes or
     layers reach, or that the workers of _verify_ahead verified, is taken from `args._params_done`)."""
-    key = (src.name, repr(sorted(defines.items(), key=lambda kv: kv[0])))
+    from argus.dsl import ast
+
+    # a param given its own default value (a layer's call `k(..., KCHUNK=128)`) is the same set
+    literal = {s.name: s.default.value for s in src.node.body
+               if isinstance(s, ast.Param) and isinstance(s.default, ast.Const)}
+    same = {k: v for k, v in defines.items() if not (k in literal and literal[k] == v and type(literal[k]) is type(v))}
+    key = (src.name, repr(sorted(same.items(), key=lambda kv: kv[0])))
     collect = getattr(args, "_collect", None)
     if collect is not None:  # _verify_ahead's first walk: note the set, verify nothing
         collect.setdefault(key, (src, dict(defines)))

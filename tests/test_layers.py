@@ -294,3 +294,14 @@ def test_argus_run_runs_a_layer_against_its_reference(tmp_path, capsys) -> None:
     assert main(["run", str(path), "--kernel", "twice_plus_one", "--interp", "-D", "R=5"]) == 1
     assert "no value for dimension C" in capsys.readouterr().err
 
+
+
+def test_a_call_with_a_params_default_value_is_verified_once(tmp_path, capsys) -> None:
+    # the layer calls scale(X, T, BC=BC) with BC = 32, scale's own default: the set `check` verified for
+    # the kernel alone, not proved again
+    path = _write(tmp_path)
+    assert main(["check", str(path), "--no-test"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, x in enumerate(lines) if "layer 'twice_plus_one' calls 'scale' with BC=32" in x)
+    assert "kernel 'scale' with these params: as checked above" in lines[at + 1], lines[at + 1]
+    assert sum("kernel 'scale': verified" in x for x in lines) == 2  # BC=64 (the route's layer), the defaults

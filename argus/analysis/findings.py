@@ -121,3 +121,8 @@ class Report:
                            for r in self.results],
                 "findings": [f.to_json() for f in self.findings],
                 "tested": self.tested.to_json() if self.tested is not None else None}
+
+
+# why an obligation is unknown when z3 answers "unknown" (its reason is not kept: a timeout and an
+# undecided quantified or nonlinear query read the same to the caller)
+NO_ANSWER = "the solver gave no answer (a timeout, or a query outside what it decides: quantifiers, nonlinear integers)"

@@ -25,7 +25,7 @@ from argus.analysis.checks.common import Analysis
 from argus.analysis.checks.coverage_atomic import atomic_coverage
 from argus.analysis.checks.coverage_data import data_coverage, data_dependent
 from argus.analysis.checks.coverage_tiles import prove_schedule, tile_coverage
-from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
+from argus.analysis.findings import CHECKS, NO_ANSWER, UNKNOWN, VERIFIED, VIOLATED, Finding
 from argus.analysis.solve import counterexample, value
 from argus.analysis.solving import check_split
 from argus.analysis.symbolic import SOLVER_TIMEOUT_MS, as_int, solver
@@ -78,7 +78,7 @@ class Coverage:
         if r == z3.unsat:
             return
         if r == z3.unknown:
-            self.unknown(code, span, f"the solver timed out on {out}")
+            self.unknown(code, span, f"{out}: {NO_ANSWER}")
             return
         m = s.model()
         ob = Obligation(code, span, msg, formula, [], {}, {})

@@ -21,6 +21,7 @@ from __future__ import annotations
 import z3
 
 from argus.analysis import terms as T
+from argus.analysis.findings import NO_ANSWER
 from argus.analysis.solving import nonlinear_check
 from argus.analysis.symbolic import as_int
 
@@ -122,7 +123,7 @@ def _ask(cov, code, base, formula: list, ctx, out, span, msg, notes, tile=None, 
     if r == z3.unsat:
         return
     if r == z3.unknown:
-        cov.unknown(code, span, f"the solver timed out on the tile schedule of '{out}'")
+        cov.unknown(code, span, f"the tile schedule of '{out}': {NO_ANSWER}")
         return
     notes = list(notes)
     if tile is not None:

@@ -7,7 +7,7 @@ import time
 import z3
 
 from argus.analysis.checks.common import Analysis, owner_of_accumulator
-from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
+from argus.analysis.findings import CHECKS, NO_ANSWER, UNKNOWN, VERIFIED, VIOLATED, Finding
 from argus.analysis.solve import check_batch, counterexample, presolve, small_model
 from argus.ir.threads import copy_thread
 
@@ -66,7 +66,7 @@ def run(a: Analysis) -> dict[str, tuple]:
             status = VIOLATED
         elif st == UNKNOWN and status == VERIFIED:
             status = UNKNOWN
-            findings.append(Finding(code, UNKNOWN, f"{CHECKS[code]}: the solver timed out", site,
+            findings.append(Finding(code, UNKNOWN, f"{CHECKS[code]}: {NO_ANSWER}", site,
                                     invariant=CHECKS[code]))
         out[code] = (status, findings)
         seconds[code] = seconds.get(code, 0.0) + time.perf_counter() - t0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import z3
 
 from argus.analysis.checks.common import Analysis
-from argus.analysis.findings import CHECKS, UNKNOWN, VERIFIED, VIOLATED, Finding
+from argus.analysis.findings import CHECKS, NO_ANSWER, UNKNOWN, VERIFIED, VIOLATED, Finding
 from argus.analysis.solve import counterexample, small_model, value
 from argus.analysis.symbolic import as_int, solver
 from argus.analysis.trace import Access
@@ -72,7 +72,7 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
                 if st == UNKNOWN:
                     if status[code] == VERIFIED:
                         status[code] = UNKNOWN
-                    findings[code].append(Finding(code, UNKNOWN, f"{CHECKS[code]}: the solver timed out", y.span,
+                    findings[code].append(Finding(code, UNKNOWN, f"{CHECKS[code]}: {NO_ANSWER}", y.span,
                                                   invariant=CHECKS[code]))
                     continue
                 findings[code].append(_finding(code, x, y, model, ctx, ex, ey))
