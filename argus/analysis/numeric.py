@@ -88,21 +88,28 @@ def pick_shapes(kernel: ir.Kernel, constraints: list, dims_z3: dict, defines: di
             s.add(v >= 1, v <= LIMIT)
             if d in fixed:
                 s.add(v == fixed[d])
-        prefs = []
+        prefs: list[list] = []  # per dim, alternatives in order: the first the constraints allow is kept
         for d, v in dims_z3.items():
             if d in fixed:
                 continue
             if d in tiled and regular is None:
-                prefs.append(z3.And(v % 8 != 0, v > 128, v < 256))
+                # several steps and a tail; where an assume asks for 16-byte pitches (N % 8 == 0) the tail
+                # is a multiple of 8, and the dim stays long (at N = 8 a loop over tiles runs one step)
+                prefs.append([z3.And(v % 8 != 0, v > 128, v < 256), z3.And(v % 64 != 0, v > 128, v < 256),
+                              z3.And(v > 128, v < 512)])
+            elif d in tiled and regular:
+                prefs.append([z3.And(v % 64 == 0, v <= 128)])
             elif d in tiled:
-                prefs.append(z3.And(v % 64 == 0, v <= 128) if regular else z3.And(v % 8 != 0, v > 64, v < 200))
+                prefs.append([z3.And(v % 8 != 0, v > 64, v < 200), z3.And(v % 64 != 0, v > 64, v < 200)])
             else:
-                prefs.append(v == (3 if regular is False else 2))
+                prefs.append([v == (3 if regular is False else 2)])
         # as many preferences as the constraints allow, greedily
-        for p in prefs:
-            s.push()
-            s.add(p)
-            if s.check() != z3.sat:
+        for alts in prefs:
+            for p in alts:
+                s.push()
+                s.add(p)
+                if s.check() == z3.sat:
+                    break
                 s.pop()
         if s.check() != z3.sat:
             continue

@@ -77,6 +77,7 @@ class RingStep:
     pending: list = field(default_factory=list)  # records of this step's copies, landed by the consumer's wait
     waited: bool = False
     released: bool = False
+    free: bool = False  # the producer's wait for a free stage has run in this step
     post: bool = False  # the consumer's code after its step loop (q: the step count; nothing delivered)
     end: object = None  # the ring position after the loop's last step (z3 Int), when known
     check: bool = True  # emit the protocol obligations (the symbolic step does; unrolled steps need not)
@@ -428,6 +429,8 @@ class RingRules:
         self.ring_check(code, s.span, f"{who} waits on parity {'(q // S + 1) % 2' if producer else '(q // S) % 2'}"
                         " of the ring position q; this parity waits for another phase",
                         parity % 2 != want, {"parity": parity})
+        if producer:
+            r.free = True
         if not producer:
             r.waited = True
             for rec in r.pending:
@@ -473,6 +476,13 @@ class RingRules:
         if stage is not None:
             self.ring_check("async-overwrite", s.span, f"the bulk copy writes stage {dst.base}[…] but the ring "
                             f"position q owns stage q % {plan.stages}", stage != r.q % plan.stages, {"stage": stage})
+        if self.agent.name.startswith("producer") and not r.free:
+            # the protocol's order: wait for the free stage, then fill it. A fill issued before the wait
+            # (the first S steps' waits pass at once) overwrites, from step S on, the stage the consumer's
+            # step q - S may still be reading
+            self.ring_check("async-overwrite", s.span, f"the bulk copy into {dst.base}[q % {plan.stages}] is issued "
+                            "before the producer's wait for that stage to be free: from step S on it overwrites "
+                            "a stage the consumer's step q - S may still read", r.q >= plan.stages)
         r.pending.append(rec)
         r.copied += math.prod(dst.shape) * dst.dtype.bytes
 
