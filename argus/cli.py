@@ -377,7 +377,7 @@ def cmd_build(args) -> int:
     src = load_source(args.file)
     defines = _defines(args)
     if args.kernel is not None or len(src.kernels) <= 1:  # none: select's error
-        kernels = [src.build(args.kernel, defines)]
+        kernels = [_build_as_launched(args, src, defines)]
     else:
         used = {n for k in src.kernels for n in defines_for(k.node, defines)}
         unused = [n for n in defines if n not in used]
@@ -388,6 +388,30 @@ def cmd_build(args) -> int:
         kernels = [k.build(defines_for(k.node, defines)) for k in src.kernels]
     return build_command(args.file, kernels, emit=args.emit, arch=args.arch, output=args.output, fmt=args.format,
                          force=args.force)
+
+
+def _build_as_launched(args, src, defines: dict[str, object]):
+    """The kernel a launch at the -D dims runs: where they select a `specialize` line (all the dims its
+    conditions read given), that line's params or routed kernel, with a note saying so (as `run` does)."""
+    from argus.dsl import ast
+    from argus.ir.build import build_kernel
+    from argus.specialize import pick, with_specialization
+
+    ks = src.select(args.kernel)
+    d = ks.defines(defines)
+    params = {s.name for s in ks.node.body if isinstance(s, ast.Param)}
+    try:
+        sp = pick(ks.node, {k: v for k, v in d.items() if k in params},
+                  {k: v for k, v in d.items() if k not in params})
+    except KeyError:  # a dim a condition reads is not given: the file's params
+        sp = None
+    if sp is None:
+        return ks.build(defines)
+    node, routed = with_specialization(ks.node, d, [k.node for k in src.kernels])
+    if args.format == "text":
+        print(f"{args.file}: kernel '{ks.name}' at these dims takes its {sp.describe()}: building that",
+              file=sys.stderr)
+    return build_kernel(node, routed)
 
 
 def cmd_run(args) -> int:

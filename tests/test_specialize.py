@@ -288,3 +288,14 @@ def test_a_route_whose_kernel_declares_a_reference_param_otherwise_is_refused(tm
     path.write_text(head + "    param F = 4.0" + tail)
     with pytest.raises(ArgusError, match="does not declare the param 'F' the reference reads"):
         argus.load(path).specialized({"R": 7, "C": 20})
+
+
+def test_build_at_dims_builds_the_specialization_a_launch_there_takes(tmp_path, capsys) -> None:
+    path = tmp_path / "k.arg"
+    path.write_text(SRC)
+    out = tmp_path / "k.cu"
+    assert main(["build", str(path), "-D", "R=10", "-D", "C=100", "--emit", "cuda", "-o", str(out)]) == 0
+    assert "takes its specialize at line 5: BR=8, BC=32: building that" in capsys.readouterr().err
+    small = out.read_text()
+    assert main(["build", str(path), "--emit", "cuda", "-o", str(out), "--force"]) == 0  # no dims: the file's params
+    assert "specialize" not in capsys.readouterr().err and out.read_text() != small

@@ -107,7 +107,7 @@ def test_persistent_rewrite_keeps_allocations_outside_and_barrier_inside():
 
 
 @pytest.mark.parametrize("edits,why", [
-    ([{"op": "rewrite", "name": "split_k", "args": {"splits": 4}}], "cross-block reduction"),
+    ([{"op": "rewrite", "name": "split_k", "args": {"splits": 4}}], "turns the kernel into a layer"),
     ([{"op": "rewrite", "name": "role_registers", "args": {"consumer": 240}}], "no producer/consumer roles"),
     ([{"op": "rewrite", "name": "mma_instr", "args": {"instr": "mma.sync"}}], "already"),
     ([{"op": "rewrite", "name": "tile", "args": {"BM": 4096}}], "outside"),
