@@ -393,18 +393,12 @@ def cmd_build(args) -> int:
 def _build_as_launched(args, src, defines: dict[str, object]):
     """The kernel a launch at the -D dims runs: where they select a `specialize` line (all the dims its
     conditions read given), that line's params or routed kernel, with a note saying so (as `run` does)."""
-    from argus.dsl import ast
     from argus.ir.build import build_kernel
-    from argus.specialize import pick, with_specialization
+    from argus.specialize import selected, with_specialization
 
     ks = src.select(args.kernel)
     d = ks.defines(defines)
-    params = {s.name for s in ks.node.body if isinstance(s, ast.Param)}
-    try:
-        sp = pick(ks.node, {k: v for k, v in d.items() if k in params},
-                  {k: v for k, v in d.items() if k not in params})
-    except KeyError:  # a dim a condition reads is not given: the file's params
-        sp = None
+    sp = selected(ks.node, d)
     if sp is None:
         return ks.build(defines)
     node, routed = with_specialization(ks.node, d, [k.node for k in src.kernels])

@@ -253,20 +253,30 @@ def pick(node: ast.Kernel, explicit: dict[str, object], dims: dict[str, int]) ->
     return None
 
 
+def _params(node: ast.Kernel) -> set[str]:
+    return {s.name for s in node.body if isinstance(s, ast.Param)}
+
+
+def selected(node: ast.Kernel, defines: dict[str, object]) -> Specialization | None:
+    """The specialization `defines` (params and dims, as -D gives them) select, or None: none matches, or a
+    dim a condition reads is not given (the file's params)."""
+    params = _params(node)
+    try:
+        return pick(node, {k: v for k, v in defines.items() if k in params},
+                    {k: v for k, v in defines.items() if k not in params})
+    except KeyError:
+        return None
+
+
 def with_specialization(node: ast.Kernel, defines: dict[str, object],
                         kernels: Sequence[ast.Kernel] = ()) -> tuple[ast.Kernel, dict[str, object]]:
     """The kernel and `defines` (params and dims, as -D gives them) that the specialization its dims select
     makes (its params on top; a route's kernel, with the dims and its params), when every dim the
     conditions read is given; `kernels` are the file's, for routes."""
-    params = {s.name for s in node.body if isinstance(s, ast.Param)}
-    explicit = {k: v for k, v in defines.items() if k in params}
-    dims = {k: v for k, v in defines.items() if k not in params}
-    try:
-        sp = pick(node, explicit, dims)
-    except KeyError:  # a dim the condition reads is not given: the file's params
-        return node, dict(defines)
+    sp = selected(node, defines)
     if sp is None:
         return node, dict(defines)
+    dims = {k: v for k, v in defines.items() if k not in _params(node)}
     if sp.kernel is not None:
         return route(node, sp, kernels), {**dims, **sp.params}
     return node, {**defines, **sp.params}
