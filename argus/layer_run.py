@@ -51,7 +51,11 @@ def run_layer(file: str, layer: Layer, defines: dict[str, object], *, gpu: bool,
     dims = {d: int(defines[d]) for d in names}  # type: ignore[call-overload]
     if any(v < 1 for v in dims.values()):
         raise error("bad-define", "every dimension must be at least 1", layer.node.name_span)
-    scalars = {a.name: defines[a.name] for a in layer.node.args if a.dims is None and a.name in defines}
+    from argus.ir.lower import const_default
+
+    # scalars from -D, else their declared defaults (the reference reads them as well)
+    scalars = {a.name: defines[a.name] if a.name in defines else const_default(a)
+               for a in layer.node.args if a.dims is None and (a.name in defines or a.default is not None)}
     arrays = _inputs(layer, dims, np.random.default_rng(seed))
     env = {n: x.astype(np.float64) for n, x in arrays.items()}
     env.update(dims)

@@ -487,6 +487,11 @@ class Layer:
                    is None]
         if missing:
             raise TypeError(f"layer {self.name}: missing argument {missing[0]}")
+        for a in self.node.args:  # a scalar left out takes its declared default (eps: f32 = 1e-5)
+            if a.name not in bound and a.default is not None:
+                from argus.ir.lower import const_default
+
+                bound[a.name] = const_default(a)
         return bound
 
     def _dims(self, bound: dict[str, Any]) -> dict[str, int]:

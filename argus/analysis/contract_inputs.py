@@ -101,6 +101,10 @@ def _build_contract(kernel: ir.Kernel, dims: dict[str, int], defines: dict):
     ctx0 = live[0][1]
     grid = []
     dsub = [(ctx0.dims[d], z3.IntVal(v)) for d, v in dims.items() if d in ctx0.dims]
+    scalars = _grid_scalars(kernel, live, ctx0, dsub, defines)
+    if isinstance(scalars, str):
+        return scalars
+    dsub += [(ctx0.scalars[n], z3.IntVal(v)) for n, v in scalars.items()]
     for g in ctx0.grid:
         g = z3.simplify(z3.substitute(as_int(g), *dsub))
         if not z3.is_int_value(g):
@@ -131,7 +135,75 @@ def _build_contract(kernel: ir.Kernel, dims: dict[str, int], defines: dict):
     # the kernel runs (the contract reads offs[tile_expert[row_tile[r]] + 1])
     shapes = {t.name: tuple(d if isinstance(d, int) else dims[d] for d in t.dims) for t in kernel.tensors}
     assertions += _nested_bounds(assertions, fns, shapes, nested)
-    return assertions, fns, used
+    return assertions, fns, used, scalars
+
+
+def _grid_scalars(kernel: ir.Kernel, live, ctx0, dsub: list, defines: dict) -> dict[str, int] | str:
+    """Integer scalar arguments the grid reads (`grid=(cdiv(max_seqlen, BQ), ...)`) and -D does not give:
+    values the kernel's block-independent assumes allow (its default when they do, else the least), so
+    the grid is concrete before its blocks' constraints are instantiated. A relaxation: the blocks'
+    own constraints are checked by the full contract afterwards."""
+    need = {n: v for n, v in ctx0.scalars.items()
+            if v.sort() == z3.IntSort() and n not in defines
+            and any(T.mentions(z3.substitute(as_int(g), *dsub), {n}) for g in ctx0.grid)}
+    if not need:
+        return {}
+    names = {str(b) for b in ctx0.block}
+    options = []
+    for tr, ctx in live:
+        cons = [z3.substitute(T.zb(c), *dsub) for c in tr.constraints
+                if not isinstance(c, bool) and not T.mentions(c, names)]
+        for q in ctx.quantified:
+            over = z3.simplify(z3.substitute(as_int(q[1]), *dsub))
+            if not z3.is_int_value(over):
+                return "a quantified assume ranges over a size that depends on tensor contents"
+            for i in range(min(over.as_long(), MAX_INDEX)):
+                inst = ctx.instantiate(q, z3.IntVal(i))
+                if not T.mentions(inst, names):
+                    cons.append(z3.substitute(inst, *dsub))
+        options.append(z3.And(*cons) if cons else z3.BoolVal(True))
+    opt = z3.Optimize()
+    opt.set("timeout", 20000)
+    opt.add(z3.Or(*options))
+    defaults = {s.name: s.default for s in kernel.scalars}
+    for n, v in need.items():
+        opt.add(v >= 0)
+        d = defaults.get(n)
+        if isinstance(d, (int, float)) and int(d) == d:
+            opt.add_soft(v == int(d), weight=10)
+        opt.minimize(v)
+    if opt.check() != z3.sat:
+        return "no value of " + ", ".join(need) + " satisfies the kernel's assumes"
+    m = opt.model()
+    return {n: m.eval(v, model_completion=True).as_long() for n, v in need.items()}
+
+
+def contract_arrays(kernel: ir.Kernel, dims: dict[str, int], defines: dict, seed: int
+                    ) -> tuple[dict[str, np.ndarray], dict[str, int]] | None:
+    """For `argus run`: the integer tensors the kernel's assumes constrain (offsets, schedules, index
+    ranges) solved from its contract at `dims`, and the integer scalars its grid reads; None when the
+    kernel has none or no contents satisfy the contract there (random values then, as before)."""
+    if not data_tensors(kernel):
+        return None
+    got = _contract(kernel, dims, defines)
+    if isinstance(got, str):
+        return None
+    _assertions, _fns, used, scalars = got
+    constrained = {n for n, u in used.items() if u is None or u}
+    if not constrained:
+        return ({}, dict(scalars)) if scalars else None
+    arrays = solve_contents(kernel, dims, defines, {}, seed)
+    if isinstance(arrays, str):
+        return None
+    return {n: a for n, a in arrays.items() if n in constrained}, dict(scalars)
+
+
+def contract_scalars(kernel: ir.Kernel, dims: dict[str, int], defines: dict) -> dict[str, int]:
+    """The integer scalar arguments the contract at `dims` chose (see _grid_scalars); {} if none."""
+    if not any(not s.dtype.is_float and s.name not in defines for s in kernel.scalars):
+        return {}
+    got = _contract(kernel, dims, defines)
+    return {} if isinstance(got, str) else dict(got[3])
 
 
 def solve_contents(kernel: ir.Kernel, dims: dict[str, int], defines: dict, pins: dict,
@@ -139,7 +211,7 @@ def solve_contents(kernel: ir.Kernel, dims: dict[str, int], defines: dict, pins:
     got = _contract(kernel, dims, defines)
     if isinstance(got, str):
         return got
-    assertions, fns, used = got
+    assertions, fns, used, _scalars = got
     s = solver(20000)
     s.set("random_seed", seed % 1000)
     s.add(*assertions)

@@ -23,7 +23,7 @@ from argus.analysis.ring import DryAbort, RingRules
 from argus.analysis.symbolic import Context, Evaluator, Unsupported, as_int, simplify_int, solver, to_bool
 from argus.analysis.tiles import TileRules
 from argus.analysis.trace import Access, Obligation, Record, StoreEvent, Trace, Unknown, View
-from argus.analysis.values import UNWRITTEN, ElemTags, SymTile, lookup, memo, merge_if
+from argus.analysis.values import UNWRITTEN, ElemTags, SymTile, ambiguous, lookup, memo, merge_if
 from argus.dsl.diagnostics import Span
 from argus.dsl.types import ScalarT, TileT
 from argus.ir import nodes as ir
@@ -38,6 +38,9 @@ TRACE_CHECKS = ("mma-contraction", "mma-accumulator", "store-coordinates", "accu
                 "async-overwrite", "race", "oob-global", "oob-shared", "output-unwritten", "output-written-twice",
                 "mma-layout", "misaligned-copy", "deadlock")
 
+
+class AmbiguousField(Exception):
+    """An assert_tag names a field two of an element's source tensors carry at different coordinates."""
 
 
 class _Fork(Exception):
@@ -751,7 +754,11 @@ class Executor(TileRules, RingRules):
         self.fresh_id += 1
         domain: list = []
         sides: dict = {}
-        cond = self.tag_expr(lam.body, params, domain, sides)
+        try:
+            cond = self.tag_expr(lam.body, params, domain, sides)
+        except AmbiguousField as exc:  # no obligation on a field the source cannot pin down
+            self.trace.unknowns.append(Unknown("tag-assertion", s.span, str(exc)))
+            return
         self.trace.obligations.append(Obligation(
             "tag-assertion", s.span, "tag assertion does not hold" + (f" [{s.name}]" if s.name else ""),
             z3.Not(to_bool(cond)), domain, dict(params), self.step_snapshot(), sides))
@@ -770,6 +777,12 @@ class Executor(TileRules, RingRules):
             domain.extend(c for i, n in zip(idx, shape) for c in (i >= 0, i < n))
             t = tags(idx)
             domain.append(T.zb(T.b_and(T.b_not(t.zero), T.b_not(t.uninit))))
+            both = ambiguous(t.fields, e.field, self.dims_of)
+            if both:
+                raise AmbiguousField(
+                    f"{label}[...].{e.field} is ambiguous: the element comes from axis {e.field} of "
+                    f"{' and of '.join(dict.fromkeys(both))} at different coordinates; give those axes different "
+                    "names (e.g. SQ and SKV) or tag the value with a field of its own")
             val = lookup(t.fields, e.field, self.dims_of)
             key = f"{label}[{', '.join(str(i) for i in idx)}]"
             sides.setdefault(key, {})[e.field] = val

@@ -191,22 +191,11 @@ def _implicit_coverage(kernel, trace, ctx, st: StoreEvent, elem, domain, written
 def _masked(t: T.Term) -> bool:
     """Does the term mask positions (a select to -inf or zero, a running max)? A select between the
     records that may hold a shared element is not a mask."""
-    todo, seen = [t], set()
-    while todo:
-        x = todo.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
+    for x in T.subterms(t):
         if (isinstance(x, T.Lit) and x.kind == "minf") or (isinstance(x, T.Red) and x.kind != "sum"):
             return True
-        if isinstance(x, T.Sel):
-            if any(isinstance(y, T.Lit) and y.kind in ("minf", "zero") for y in (x.a, x.b)):
-                return True
-            todo.extend((x.a, x.b))
-        elif isinstance(x, T.Op):
-            todo.extend(x.args)
-        elif isinstance(x, T.Red):
-            todo.append(x.body)
+        if isinstance(x, T.Sel) and any(isinstance(y, T.Lit) and y.kind in ("minf", "zero") for y in (x.a, x.b)):
+            return True
     return False
 
 
@@ -339,17 +328,14 @@ class ReferenceContract:
         """Facts about reference functions the kernel's own assumptions pin down: expert_of_rows(r) = e
         wherever offs[e] <= r < offs[e + 1] (offs non-decreasing, which the reference's searchsorted
         presumes), instantiated at the experts the kernel reads offs at."""
-        got = getattr(self.rt, "row_expert", None)
-        if got is None:
-            return []
-        fn, offs = got
-        rows = _apps(ref, fn.name())
-        experts = [a.arg(0) for a in ctx.applications if a.decl().name() == _base_name(offs)]
         out = []
-        for r in rows:
-            for e in experts:
-                lo, hi = offs.value((e,)), offs.value((e + 1,))
-                out.append(z3.Implies(z3.And(lo <= r.arg(0), r.arg(0) < hi), r == e))
+        for fn, offs in getattr(self.rt, "row_experts", []):
+            rows = _apps(ref, fn.name())
+            experts = [a.arg(0) for a in ctx.applications if a.decl().name() == _base_name(offs)]
+            for r in rows:
+                for e in experts:
+                    lo, hi = offs.value((e,)), offs.value((e + 1,))
+                    out.append(z3.Implies(z3.And(lo <= r.arg(0), r.arg(0) < hi), r == e))
         return out
 
     def _l1(self, trace, st, deps, ker, ref, tensor, positions, code, base, names, cvars, extra_only=False) -> None:

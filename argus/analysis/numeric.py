@@ -70,6 +70,19 @@ def tiled_dims(kernel: ir.Kernel) -> set[str]:
     return out & set(kernel.dims)
 
 
+def tile_widths(kernel: ir.Kernel) -> dict[str, int]:
+    """Per tiled dim, the widest constant tile a cdiv cuts it into (cdiv(N, 256): 256)."""
+    out: dict[str, int] = {}
+    for e in walk((kernel.grid, kernel.body)):
+        if isinstance(e, ir.Math) and e.fn == "cdiv" and len(e.args) == 2 and isinstance(e.args[1], ir.Const):
+            w = e.args[1].value
+            if isinstance(w, int) and not isinstance(w, bool):
+                for x in walk(e.args[0]):
+                    if isinstance(x, ir.Var) and x.name in kernel.dims:
+                        out[x.name] = max(out.get(x.name, 0), w)
+    return out
+
+
 def pick_shapes(kernel: ir.Kernel, constraints: list, dims_z3: dict, defines: dict,
                 several_tiles: bool = False) -> list[dict[str, int]]:
     """Two small valid shapes: the tiled dims multiples of 64 in one, not multiples of 8 in the other
@@ -79,13 +92,15 @@ def pick_shapes(kernel: ir.Kernel, constraints: list, dims_z3: dict, defines: di
     where a row meets more than one full block: at 64 and 65 it meets at most one)."""
     fixed = {d: int(defines[d]) for d in kernel.dims if d in defines}
     tiled = tiled_dims(kernel)
+    widths = tile_widths(kernel)
     base = [c for c in constraints if not T.mentions(c, {"block_x", "block_y", "block_z"})]
     out: list[dict[str, int]] = []
     for regular in (True, False) + ((None,) if several_tiles else ()):
         s = solver(3000)
         s.add(*base)
         for d, v in dims_z3.items():
-            s.add(v >= 1, v <= LIMIT)
+            w = widths.get(d, 0) if regular is None else 0
+            s.add(v >= 1, v <= max(LIMIT, 4 * w))  # a tile wider than LIMIT / 4 gets room for two steps
             if d in fixed:
                 s.add(v == fixed[d])
         prefs: list[list] = []  # per dim, alternatives in order: the first the constraints allow is kept
@@ -95,8 +110,11 @@ def pick_shapes(kernel: ir.Kernel, constraints: list, dims_z3: dict, defines: di
             if d in tiled and regular is None:
                 # several steps and a tail; where an assume asks for 16-byte pitches (N % 8 == 0) the tail
                 # is a multiple of 8, and the dim stays long (at N = 8 a loop over tiles runs one step)
-                prefs.append([z3.And(v % 8 != 0, v > 128, v < 256), z3.And(v % 64 != 0, v > 128, v < 256),
-                              z3.And(v > 128, v < 512)])
+                # (past one tile of the widest cdiv: with BC = 256, N in 129..255 is one step)
+                lo = max(128, widths.get(d, 0))
+                hi = max(256, 2 * lo)
+                prefs.append([z3.And(v % 8 != 0, v > lo, v < hi), z3.And(v % 64 != 0, v > lo, v < hi),
+                              z3.And(v > lo, v < 2 * hi)])
             elif d in tiled and regular:
                 prefs.append([z3.And(v % 64 == 0, v <= 128)])
             elif d in tiled:
@@ -121,10 +139,8 @@ def pick_shapes(kernel: ir.Kernel, constraints: list, dims_z3: dict, defines: di
 
 
 def numeric_tier(kernel: ir.Kernel, defines: dict, contexts, seed: int = 1234) -> NumericTier:
-    from argus.analysis.contract_inputs import inputs_for
-    from argus.dsl.reference import evaluate_reference
-    from argus.interp.machine import execute
-    from argus.interp.run import compare, reference_env, resolve_scalars, working_dtype
+    from argus.analysis.contract_inputs import contract_scalars, inputs_for
+    from argus.interp.run import resolve_scalars
 
     if kernel.reference is None:
         return NumericTier(skipped="no reference: block")
@@ -132,10 +148,11 @@ def numeric_tier(kernel: ir.Kernel, defines: dict, contexts, seed: int = 1234) -
         return NumericTier(skipped="the verifier explored no path to take valid shapes from")
     ctx = contexts[0]
     try:
-        scalars = resolve_scalars(kernel, defines)
+        resolve_scalars(kernel, defines)
     except ArgusError as exc:
         return NumericTier(skipped=exc.diagnostics[0].message)
     tier = NumericTier()
+    signed = None  # the first shape that ran: tested again on inputs of one sign
     for n, dims in enumerate(pick_shapes(kernel, list(ctx.constraints), ctx.dims, defines, several_tiles=True)):
         got = inputs_for(kernel, dims, contexts, np.random.default_rng(seed + n), defines)
         if isinstance(got, str):
@@ -143,39 +160,92 @@ def numeric_tier(kernel: ir.Kernel, defines: dict, contexts, seed: int = 1234) -
                 tier.skipped = got
             continue
         dims, arrays = got
-        size = sum(int(np.prod(a.shape)) for a in arrays.values())
-        if size > MAX_ELEMENTS:
+        if sum(int(np.prod(a.shape)) for a in arrays.values()) > MAX_ELEMENTS:
             if n < 2:
                 tier.skipped = f"shape {dims} is too large for the interpreter"
             continue
-        inputs = {k: a.copy() for k, a in arrays.items()}
-        t0 = time.perf_counter()
-        try:
-            execute(kernel, arrays, dims, scalars)
-        except ArgusError as exc:
-            d = exc.diagnostics[0]
-            tier.shapes.append(Tested(dims, False, f"the interpreter stopped: {d.message}", time.perf_counter() - t0))
-            continue
-        seconds = time.perf_counter() - t0
-        try:
-            ref = evaluate_reference(kernel.reference, reference_env(kernel, inputs, dims, scalars))
-        except ArgusError as exc:  # inputs the kernel's contract allows but the reference cannot read
-            tier.skipped = f"the reference block failed on inputs built from the kernel's assumes at {dims}: " \
-                           f"{exc.diagnostics[0].message}"
-            continue
-        bad = None
-        worst = 0.0
-        for o in kernel.outputs:
-            c = compare(o, arrays[o], ref[o], working_dtype(kernel, o))
-            worst = max(worst, c.rel_error)
-            if not c.ok and bad is None:
-                bad = (o, c)
-        if bad is None:
-            tier.shapes.append(Tested(dims, True, f"relative error {worst:.1e}", seconds))
-        else:
-            o, c = bad
-            first = (o, *c.first_bad) if c.first_bad else None
-            tier.shapes.append(Tested(dims, False, c.describe(), seconds, first))
+        # integer scalars the grid reads take the values the contract chose (max_seqlen for the offsets)
+        scalars = {**resolve_scalars(kernel, defines), **contract_scalars(kernel, dims, defines)}
+        if n >= 1:
+            # float scalars the command line leaves open take random values past the first shape: the
+            # defaults (alpha = 1, beta = 0) hide a beta scaled by alpha
+            rng = np.random.default_rng(seed + 100 + n)
+            scalars.update({sc.name: round(float(rng.uniform(0.5, 2.0)), 3) for sc in kernel.scalars
+                            if sc.dtype.is_float and sc.name not in defines})
+        ran = _run(kernel, tier, dims, arrays, scalars)
+        if not ran and tier.shapes and "does not hold" in tier.shapes[-1].summary:
+            # an assume about a scalar the random value breaks: the declared defaults instead
+            tier.shapes.pop()
+            scalars = {**resolve_scalars(kernel, defines), **contract_scalars(kernel, dims, defines)}
+            ran = _run(kernel, tier, dims, arrays, scalars)
+        if ran and (signed is None or n == 1):
+            signed = (dims, arrays, scalars)  # preferably the irregular shape: tails are where fills happen
+    if signed is not None and tier.ok:
+        # Normal inputs leave a fill of zeros inside a max or min unseen wherever a row has one value of the
+        # other sign (at N = 2 most rows do): all-negative, then all-positive inputs show it
+        dims, arrays, scalars = signed
+        for sign, label in ((-1.0, "all inputs negative"), (1.0, "all inputs positive")):
+            if not _run(kernel, tier, dims, _one_sign(kernel, arrays, sign), scalars, label) or not tier.ok:
+                break
     if not tier.shapes and tier.skipped is None:
         tier.skipped = "no small shape satisfies the kernel's assumptions"
     return tier
+
+
+def _one_sign(kernel: ir.Kernel, arrays: dict, sign: float) -> dict:
+    """The float inputs as sign * (|x| + 1/4) in their dtype (never zero); outputs poisoned again."""
+    from argus.interp.numerics import round_to
+
+    out = {}
+    for t in kernel.tensors:
+        a = arrays[t.name]
+        if t.name in kernel.inputs and t.dtype.is_float:
+            a = round_to(sign * (np.abs(a.astype(np.float64)) + 0.25), t.dtype)
+        elif t.name in kernel.outputs and t.name not in kernel.inputs:
+            a = np.full_like(a, np.nan if t.dtype.is_float else -1)
+        out[t.name] = a.copy()
+    return out
+
+
+def _run(kernel: ir.Kernel, tier: NumericTier, dims: dict, arrays: dict, scalars: dict, label: str = "") -> bool:
+    """Run one shape in the interpreter and compare with the reference; False if it could not be compared."""
+    from argus.dsl.reference import evaluate_reference
+    from argus.interp.machine import execute
+    from argus.interp.run import compare, reference_env, working_dtype
+
+    inputs = {k: a.copy() for k, a in arrays.items()}
+    arrays = {k: a.copy() for k, a in arrays.items()}
+    t0 = time.perf_counter()
+    note = f"{label}: " if label else ""
+    try:
+        execute(kernel, arrays, dims, scalars)
+    except ArgusError as exc:
+        d = exc.diagnostics[0]
+        tier.shapes.append(Tested(dims, False, f"{note}the interpreter stopped: {d.message}", time.perf_counter() - t0))
+        return False
+    seconds = time.perf_counter() - t0
+    try:
+        ref = evaluate_reference(kernel.reference, reference_env(kernel, inputs, dims, scalars))
+    except ArgusError as exc:  # inputs the kernel's contract allows but the reference cannot read
+        if not label:
+            tier.skipped = f"the reference block failed on inputs built from the kernel's assumes at {dims}: " \
+                           f"{exc.diagnostics[0].message}"
+        return False
+    bad = None
+    worst = 0.0
+    for o in kernel.outputs:
+        try:
+            c = compare(o, arrays[o], ref[o], working_dtype(kernel, o))
+        except ArgusError as exc:  # a reference of the wrong shape
+            tier.shapes.append(Tested(dims, False, note + exc.diagnostics[0].message, seconds))
+            return True
+        worst = max(worst, c.rel_error)
+        if not c.ok and bad is None:
+            bad = (o, c)
+    if bad is None:
+        tier.shapes.append(Tested(dims, True, f"{note}relative error {worst:.1e}", seconds))
+    else:
+        o, c = bad
+        first = (o, *c.first_bad) if c.first_bad else None
+        tier.shapes.append(Tested(dims, False, note + c.describe(), seconds, first))
+    return True

@@ -550,6 +550,9 @@ class ReferenceTerms:
             return Arr(shape, delem)
 
         def elem(idx):
+            ct = c.elem(self.sub(c, idx))
+            if _summed_data(ct):  # a condition on contents a sum runs over (a count): data, as in kernels
+                return T.op("select", ct, a.elem(self.sub(a, idx)), b.elem(self.sub(b, idx)))
             return T.sel(_truth(c.value(self.sub(c, idx))), a.elem(self.sub(a, idx)), b.elem(self.sub(b, idx)))
         return Arr(shape, elem)
 
@@ -748,8 +751,12 @@ class ReferenceTerms:
         searchsorted requires). A function of offs the footprint check instantiates where it needs it."""
         if not isinstance(offs, Arr) or offs.value is None:
             raise NotAnalysable("expert_of_rows of computed offsets", span)
-        fn = z3.Function("expert_of_rows", z3.IntSort(), z3.IntSort())
-        self.row_expert = (fn, offs)
+        self.fresh += 1
+        fn = z3.Function(f"expert_of_rows{self.fresh}", z3.IntSort(), z3.IntSort())  # one per call (cu_q, cu_k)
+        self.row_experts = [*getattr(self, "row_experts", []), (fn, offs)]
+        t = offs.elem((z3.IntVal(0),))
+        if isinstance(t, T.Atom):  # offsets read straight from a tensor: the solver's segment lemma applies
+            self.ctx.segments[fn.name()] = t.tensor
         return Arr((m,), lambda idx: T.VALUE, lambda idx: fn(as_int(idx[0])))
 
     def fn_topk(self, x, k, axis=-1, span=None):
@@ -797,12 +804,17 @@ class ReferenceTerms:
         return Arr(shape, elem)
 
     def fn_one_hot(self, idx, n, span=None):
-        """one_hot(idx, n)[..., j] = (idx[...] == j): a mask when idx is computed from positions."""
+        """one_hot(idx, n)[..., j] = (idx[...] == j): a mask when idx is computed from positions or read at
+        the output's own coordinates; data (a comparison of the index's contents, as a kernel's
+        `x == arange(...)` is) where the index is read at a coordinate a sum runs over (a histogram)."""
         a = self.arr(idx)
         if a.value is None:
             raise NotAnalysable("one_hot of indices computed from data", span)
 
         def elem(ix):
+            t = a.elem(tuple(ix[:-1]))
+            if _summed_data(t):
+                return T.op("cmp", t, T.VALUE)
             return T.sel(as_int(a.value(tuple(ix[:-1]))) == as_int(ix[-1]), T.VALUE, T.ZERO)
         return Arr(a.shape + (n,), elem, lambda ix: z3.If(as_int(a.value(tuple(ix[:-1]))) == as_int(ix[-1]), 1, 0))
 
@@ -823,6 +835,23 @@ def _num(v):
     if isinstance(v, tuple):
         raise NotAnalysable("a comparison of scalar arguments")
     return as_int(v) if not isinstance(v, float) else v
+
+
+def _summed_data(t: T.Term) -> bool:
+    """A term reading a tensor at a coordinate that moves with a reduction or contraction index (the
+    `ref_*` variables of ReferenceTerms.var): the kernel reads such contents per element, as data."""
+    return any(isinstance(x, T.Atom) and any(_mentions_ref_var(c) for c in x.coords)
+               for x in T.subterms(t, reductions=False))
+
+
+def _mentions_ref_var(e) -> bool:
+    todo = [e] if isinstance(e, z3.ExprRef) else []
+    while todo:
+        x = todo.pop()
+        if z3.is_const(x) and x.decl().kind() == z3.Z3_OP_UNINTERPRETED and str(x).startswith("ref_"):
+            return True
+        todo.extend(x.children())
+    return False
 
 
 def _is_mask(x: Arr) -> bool:

@@ -88,7 +88,9 @@ def replay(kernel: ir.Kernel, defines: dict[str, object], f: Finding, seed: int 
     except ArgusError as exc:
         return Replay(False, f"not replayed: {exc}")
     first = None
-    for dims_i, metadata, note in _inputs(kernel, dims, defines, cx, seed, contexts):
+    # contents solved with the model's scalars fixed, as the interpreter runs them
+    fixed = {**defines, **{k: v for k, v in cx.scalars.items() if isinstance(v, int)}}
+    for dims_i, metadata, note in _inputs(kernel, dims, fixed, cx, seed, contexts):
         # the emphasised element may push the output either way: try both signs before giving up
         for factor in (64.0, -64.0):
             blocked = False
@@ -186,9 +188,12 @@ def _replay_once(kernel: ir.Kernel, dims: dict, scalars: dict, f: Finding, cx, s
         return Replay(False, "no reference: block to compare the output with")
     from argus.dsl.reference import evaluate_reference
 
-    ref = evaluate_reference(kernel.reference, reference_env(kernel, inputs, dims, scalars))
-    for o in kernel.outputs:
-        c = compare(o, arrays[o], ref[o], kernel.tensor(o).dtype, strict=True)
+    try:
+        ref = evaluate_reference(kernel.reference, reference_env(kernel, inputs, dims, scalars))
+        checks = [(o, compare(o, arrays[o], ref[o], kernel.tensor(o).dtype, strict=True)) for o in kernel.outputs]
+    except ArgusError as exc:  # the reference fails on these inputs: nothing to compare with
+        return Replay(False, f"not replayed: {exc.diagnostics[0].message}")
+    for o, c in checks:
         if not c.ok:
             if c.first_bad is not None:
                 idx, got, want = c.first_bad

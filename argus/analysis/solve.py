@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import z3
 
+from argus.analysis import sequences
+from argus.analysis import terms as T
 from argus.analysis.findings import UNKNOWN, VERIFIED, VIOLATED, Counterexample
 from argus.analysis.solving import check_split, nonlinear_check
-from argus.analysis.symbolic import Context, solver
+from argus.analysis.symbolic import Context, as_int, solver
 from argus.analysis.trace import Obligation, Trace
 
 SMALL = 512  # first look for counterexamples with every dim <= SMALL, so that replay is fast
@@ -24,16 +27,32 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
     plain = [ob for ob in obligations if ob.refine is None and not ob.extra.get("nonlinear")]
     status = VERIFIED
     facts = contract_facts(ctx, [f for ob in obligations for f in (*ob.domain, ob.bad)])
+    facts += sequence_axioms(ctx, [f for ob in obligations for f in (*ob.domain, ob.bad)])
     if plain:
         s = solver(timeout_ms)
         s.add(*trace.constraints, *facts)
         s.add(z3.Or(*[z3.And(*ob.domain, ob.bad) for ob in plain]))
-        r, got = quick_then_split(s, timeout_ms)
-        if r == z3.sat:
+        lemmas = None
+        first = None
+        for _ in range(CONTRACT_ROUNDS + 1):
+            r, got = quick_then_split(s, timeout_ms)
+            if r != z3.sat:
+                break
             m = got.model()
-            hit = next((ob for ob in plain if z3.is_true(m.eval(z3.And(*ob.domain, ob.bad), model_completion=True))),
-                       plain[0])
-            return VIOLATED, hit, m
+            first = first or m
+            if lemmas is None:
+                lemmas = sequence_lemmas(ctx, [*facts, *[f for ob in plain for f in (*ob.domain, ob.bad)]])
+            broken = [x for x in lemmas if z3.is_false(m.eval(x, model_completion=True))][:64]
+            broken += contract_breaks(m, ctx)
+            if not broken:
+                return VIOLATED, _hit(plain, m), m
+            # the model breaks the kernel's own contract where no instance was asked for: ask them too
+            s.add(*broken)
+        else:
+            # still only contract-breaking models: the first one is a claim, violated only where replay
+            # reproduces it on contents built from the whole contract
+            hit = _hit(plain, first)
+            return VIOLATED, dataclasses.replace(hit, extra={**hit.extra, "claim": True}), first
         if r == z3.unknown:
             status = UNKNOWN
     for ob in obligations:
@@ -50,7 +69,8 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
         s = solver(timeout_ms)
         s.add(*trace.constraints, *facts, *ob.domain, ob.bad)
         settled = False
-        for _ in range(refinements + 1):
+        own = None
+        for _ in range(refinements + CONTRACT_ROUNDS + 1):
             r, got = quick_then_split(s, timeout_ms)
             if r == z3.unsat:
                 settled = True
@@ -58,6 +78,13 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
             if r == z3.unknown:
                 break
             m = got.model()
+            if own is None:
+                own = sequence_lemmas(ctx, [*facts, *ob.domain, ob.bad])
+            broken = [x for x in own if z3.is_false(m.eval(x, model_completion=True))][:64]
+            broken += contract_breaks(m, ctx)
+            if broken:  # a model outside the kernel's contract: rule it out and ask again
+                s.add(*broken)
+                continue
             block = ob.refine(m)
             if block is None:
                 return VIOLATED, ob, m
@@ -74,10 +101,15 @@ def check_batch(trace: Trace, obligations: list[Obligation], ctx: Context, timeo
             r = s.check()
             if r == z3.unsat:
                 continue
-            if r == z3.sat and ob.refine(s.model()) is None:
+            if r == z3.sat and ob.refine(s.model()) is None and not contract_breaks(s.model(), ctx):
                 return VIOLATED, ob, s.model()
         status = UNKNOWN
     return status, None, None
+
+
+def _hit(plain: list[Obligation], m: z3.ModelRef) -> Obligation:
+    return next((ob for ob in plain if z3.is_true(m.eval(z3.And(*ob.domain, ob.bad), model_completion=True))),
+                plain[0])
 
 
 PREPROCESSED_MS = 1000  # the preprocessed attempt's budget: it answers in milliseconds or not at all
@@ -98,6 +130,26 @@ def quick_then_split(s: z3.Solver, timeout_ms: int) -> tuple[z3.CheckSatResult, 
 
 
 CONTRACT_POINTS = 64  # instances of each quantified assume at most, per batch
+CONTRACT_ROUNDS = 8  # models refuted by contract instances before the answer is unknown
+CONTRACT_SCAN = 1024  # a quantified assume is evaluated on a model at most this many indices
+
+
+def contract_breaks(m: z3.ModelRef, ctx: Context, limit: int = 32) -> list:
+    """Instances of the kernel's quantified assumes that model m makes false, at the indices its dims
+    give (up to CONTRACT_SCAN): a counterexample must satisfy the contract everywhere, not only where
+    contract_facts instantiated it (cu[141] <= cu[142] unasked lets a model pick cu[142] = 0)."""
+    out: list = []
+    for q in ctx.quantified:
+        over = m.eval(as_int(q[1]), model_completion=True)
+        if not z3.is_int_value(over):
+            continue
+        for i in range(min(over.as_long(), CONTRACT_SCAN)):
+            inst = ctx.instantiate(q, z3.IntVal(i))
+            if z3.is_false(m.eval(inst, model_completion=True)):
+                out.append(inst)
+                if len(out) >= limit:
+                    return out
+    return out
 
 
 def contract_facts(ctx: Context, formulas: list) -> list:
@@ -121,6 +173,46 @@ def contract_facts(ctx: Context, formulas: list) -> list:
                 args.append(x.arg(0))
         todo.extend(x.children())
     return [ctx.instantiate(q, a) for q in ctx.quantified for a in args]
+
+
+def sequence_lemmas(ctx: Context, formulas: list) -> list:
+    """Candidate facts about offsets the contract keeps in order (cu[i] <= cu[i + 1]): a reference's
+    segment of a row holds the row, and any two reads are ordered (argus.analysis.sequences). Asked
+    lazily: only the instances a model breaks are added (all of them at once make some queries slow)."""
+    mono = sequences.monotone(ctx, {str(b) for b in ctx.block})
+    if not mono:
+        return []
+    every = z3.And(*[f for f in formulas if isinstance(f, z3.ExprRef)])
+    seg = sequences.segment_lemmas(every, ctx.segments, mono)
+    return seg + sequences.order_lemmas(z3.And(every, *seg), mono)
+
+
+def sequence_axioms(ctx: Context, formulas: list) -> list:
+    """The segment and order facts as quantified axioms with triggers, for queries where a reference's
+    expert_of_rows is applied under a quantifier (a footprint's "some summed index uses this element"):
+    there no ground instance reaches the bound index, and E-matching instantiates them per term."""
+    if not ctx.segments:
+        return []
+    every = z3.And(*[f for f in formulas if isinstance(f, z3.ExprRef)])
+    used = {n for n in ctx.segments if T.applied_names(every, {n})}
+    if not used:
+        return []
+    mono = sequences.monotone(ctx, {str(b) for b in ctx.block})
+    out = []
+    for name in sorted(used):
+        got = mono.get(ctx.segments[name])
+        if got is None:
+            continue
+        f, over = got
+        n = as_int(over)
+        seg = z3.Function(name, z3.IntSort(), z3.IntSort())
+        x, p, q = z3.Int("_sq_x"), z3.Int("_sq_p"), z3.Int("_sq_q")
+        out.append(z3.ForAll([x], z3.Implies(z3.And(f(0) <= x, x < f(n)),
+                                             z3.And(seg(x) >= 0, seg(x) < n, f(seg(x)) <= x, x < f(seg(x) + 1))),
+                             patterns=[seg(x)]))
+        out.append(z3.ForAll([p, q], z3.Implies(z3.And(p >= 0, p <= q, q <= n), f(p) <= f(q)),
+                             patterns=[z3.MultiPattern(f(p), f(q))]))
+    return out
 
 
 def presolve(batches: list) -> list:

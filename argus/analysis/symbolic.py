@@ -191,6 +191,8 @@ class Context:
     # z3 ids of the constraints assume() added (a precondition: an execution where one fails is outside
     # the contract), as against a path's branch conditions
     assumed: set = field(default_factory=set)
+    # a reference's expert_of_rows(offs, n) functions (name -> the offsets tensor): argus.analysis.sequences
+    segments: dict[str, str] = field(default_factory=dict)
 
     def instantiate(self, q, v):
         """The quantified assume q at index v: 0 <= v < N implies cond(v)."""

@@ -319,23 +319,26 @@ def occurrences(t: Term, *, tensors: set[str] | None = None, uninit_as: str | No
     return out
 
 
-def opaque_in(t: Term) -> Opaque | None:
-    """The first Opaque sub-term reachable in `t`, if any (ignoring guards)."""
+def subterms(t: Term, reductions: bool = True):
+    """Every sub-term reachable from `t` (ignoring guards), each once; into reduction bodies unless told not."""
     todo, seen = [t], set()
     while todo:
         x = todo.pop()
         if id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, Opaque):
-            return x
+        yield x
         if isinstance(x, Op):
             todo.extend(x.args)
         elif isinstance(x, Sel):
             todo.extend((x.a, x.b))
-        elif isinstance(x, Red):
+        elif isinstance(x, Red) and reductions:
             todo.append(x.body)
-    return None
+
+
+def opaque_in(t: Term) -> Opaque | None:
+    """The first Opaque sub-term reachable in `t`, if any (ignoring guards)."""
+    return next((x for x in subterms(t) if isinstance(x, Opaque)), None)
 
 
 def sum_chains(t: Term, top_only: bool = False) -> dict[object, list[Red]]:

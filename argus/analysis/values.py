@@ -62,6 +62,24 @@ def lookup(fields: dict, name: str, dims_of: Callable[[str], tuple]) -> object:
     return MISSING
 
 
+def ambiguous(fields: dict, name: str, dims_of: Callable[[str], tuple]) -> list[str]:
+    """The tensors whose axis `name` an element comes from at different coordinates (Q [B, H, S, D] and
+    K [B, H, S, D] give a score both a query and a key S): `x[i, j].S` would silently pick the first.
+    Empty when `name` is a user field or every such coordinate is the same term (a shared batch axis)."""
+    if name in fields:
+        return []
+    seen: list[tuple[str, object]] = []
+    for key, v in fields.items():
+        if isinstance(key, tuple):
+            tensor, axis = key
+            dims = dims_of(tensor)
+            if axis < len(dims) and dims[axis] == name:
+                seen.append((tensor, z3.simplify(as_int(v))))
+    if len(seen) < 2 or all(v.eq(seen[0][1]) for _t, v in seen[1:]):
+        return []
+    return [t for t, _v in seen]
+
+
 def origin_keys(fields: dict) -> dict:
     return {k: v for k, v in fields.items() if isinstance(k, tuple)}
 

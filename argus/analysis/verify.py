@@ -31,6 +31,8 @@ def reference_contracts(kernel: ir.Kernel, contexts) -> dict:
     except NotAnalysable as exc:
         where = f" ({exc.span.path}:{exc.span.line})" if getattr(exc, "span", None) else ""
         return {o: f"the reference block is not analysed: {exc}{where}" for o in kernel.outputs}
+    for c in contexts[1:]:  # the reference's terms serve every path: so do the facts about them
+        c.segments.update(contexts[0].segments)
     out: dict = {}
     for o in kernel.outputs:
         arr = env.get(o)

@@ -33,13 +33,24 @@ if TYPE_CHECKING:
 INT_MAX = 2**31 - 1
 
 
+def int_range(dt: DType) -> tuple[int, int]:
+    """The least and greatest value of an integer (or bool) dtype."""
+    if dt.kind == "int":
+        return -(2 ** (dt.bits - 1)), 2 ** (dt.bits - 1) - 1
+    if dt.kind == "bool":
+        return 0, 1
+    return 0, 2**dt.bits - 1
+
+
 def identity(op: str, dt: DType) -> str:
+    # an integer max starts from its type's least value: i32's -2^31 would truncate to 0 in an i8 / i16
+    # register and win over an all-negative row
     if op == "sum":
         return literal(0, dt)
     if op in ("max", "argmax"):
-        return literal(float("-inf"), dt) if dt.is_float else literal(-(2**31), dt)
+        return literal(float("-inf"), dt) if dt.is_float else literal(int_range(dt)[0], dt)
     if op in ("min", "argmin"):
-        return literal(float("inf"), dt) if dt.is_float else literal(INT_MAX, dt)
+        return literal(float("inf"), dt) if dt.is_float else literal(int_range(dt)[1], dt)
     raise unsupported(f"a {op} reduction", None)
 
 

@@ -114,7 +114,12 @@ def working_dtype(kernel: ir.Kernel, out: str):
 def compare(name: str, out: np.ndarray, ref, dtype, strict: bool = False) -> OutputCheck:
     """`strict` halves the per-element bound (replay: one missing product term must show)."""
     out64 = np.asarray(out, dtype=np.float64)
-    ref64 = np.broadcast_to(np.asarray(ref, dtype=np.float64), out64.shape)
+    try:
+        ref64 = np.broadcast_to(np.asarray(ref, dtype=np.float64), out64.shape)
+    except ValueError:
+        raise error("reference", f"the reference computes '{name}' with shape {np.shape(ref)}, but the output has "
+                    f"shape {out64.shape}", None,
+                    f"make the reference block assign '{name}' an array of the output's shape") from None
     finite = np.isfinite(out64)
     nonfinite = int(out64.size - finite.sum()) - int((~np.isfinite(ref64) & ~finite).sum())
     with np.errstate(invalid="ignore"):  # -inf - -inf where both are masked (a causal score): no warning
@@ -151,6 +156,21 @@ def reference_env(kernel: ir.Kernel, arrays: dict[str, np.ndarray], dims: dict[s
     return env
 
 
+def contract_inputs(kernel: ir.Kernel, dims: dict[str, int], defines: dict, arrays: dict[str, np.ndarray],
+                    rng: np.random.Generator) -> dict[str, int]:
+    """Integer tensors the kernel's assumes constrain (cumulative offsets, a schedule) replaced in `arrays`
+    by contents solved from its contract, as `argus check`'s numeric tier builds them (random i32 in
+    0..7 break such assumes); returns the integer scalars the contract chose for the grid."""
+    from argus.analysis.contract_inputs import contract_arrays
+
+    got = contract_arrays(kernel, dims, defines, int(rng.integers(1 << 30)))
+    if got is None:
+        return {}
+    solved, scalars = got
+    arrays.update(solved)
+    return {n: v for n, v in scalars.items() if n not in defines}
+
+
 def run_interp(kernel: ir.Kernel, defines: dict[str, object], seed: int | None = None,
                arrays: dict[str, np.ndarray] | None = None) -> RunResult:
     if kernel.reference is None:
@@ -166,7 +186,9 @@ def run_interp(kernel: ir.Kernel, defines: dict[str, object], seed: int | None =
     else:
         dims = resolve_dims(kernel, defines)
         check_fits(kernel, dims)  # refused up front when it cannot fit the memory budget
-        arrays = arrays if arrays is not None else make_arrays(kernel, dims, rng)
+        if arrays is None:
+            arrays = make_arrays(kernel, dims, rng)
+            scalars = {**scalars, **contract_inputs(kernel, dims, defines, arrays, rng)}
     env = reference_env(kernel, arrays, dims, scalars)  # the inputs before the kernel writes outputs
     t0 = time.perf_counter()
     grid = grid_size(kernel, dims, scalars)

@@ -328,7 +328,7 @@ def lower(c: Checked) -> ir.Kernel:
     body = lw.block(k.body)
     grid = tuple(lw.expr(g) for g in c.launch.grid)
     scalars = tuple(ir.ScalarDecl(a.name, c.scalars[a.name].dtype,
-                                  None if a.default is None else _const_default(a), a.span)
+                                  None if a.default is None else const_default(a), a.span)
                     for a in k.args if a.dims is None)
     arg_spans = {a.name: a.span for a in k.args}
     tensors = tuple(ir.TensorDecl(n, g.dtype, g.dims, arg_spans.get(n)) for n, g in c.tensors.items())
@@ -337,7 +337,7 @@ def lower(c: Checked) -> ir.Kernel:
                      k.reference, k.span, c.launch.blocks_per_sm)
 
 
-def _const_default(a: ast.Arg):
+def const_default(a: ast.Arg):
     if isinstance(a.default, ast.Const):
         return a.default.value
     if isinstance(a.default, ast.UnaryOp) and isinstance(a.default.operand, ast.Const):

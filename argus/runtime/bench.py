@@ -20,7 +20,15 @@ import numpy as np
 
 from argus.dsl import ast
 from argus.dsl.reference import evaluate_reference
-from argus.interp.run import OutputCheck, compare, make_arrays, reference_env, resolve_dims, resolve_scalars
+from argus.interp.run import (
+    OutputCheck,
+    compare,
+    contract_inputs,
+    make_arrays,
+    reference_env,
+    resolve_dims,
+    resolve_scalars,
+)
 from argus.ir import nodes as ir
 
 L2_ROTATE_BYTES = 256 << 20  # input sets rotate over at least this much memory (the H200's L2 is 50 MB)
@@ -125,7 +133,10 @@ def host_inputs(k: ir.Kernel, defines: dict[str, object], seed: int | None) -> t
     if moe.is_moe_kernel(k):
         return moe.routed_inputs(k, defines, seed)
     dims = resolve_dims(k, defines)
-    return dims, make_arrays(k, dims, np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    arrays = make_arrays(k, dims, rng)
+    contract_inputs(k, dims, defines, arrays, rng)  # integer tensors the assumes constrain
+    return dims, arrays
 
 
 def check_on_gpu(gk, defines: dict[str, object], seed: int | None = None,
@@ -140,6 +151,9 @@ def check_on_gpu(gk, defines: dict[str, object], seed: int | None = None,
         dims, host = resolve_dims(k, defines), arrays
     else:
         dims, host = host_inputs(k, defines, seed)
+        from argus.analysis.contract_inputs import contract_scalars
+
+        scalars = {**scalars, **contract_scalars(k, dims, defines)}  # a grid's max_len the -D left open
     dev = {t.name: to_device(host[t.name], t.dtype.name, gk.device) for t in k.tensors}
     gk(**dev, **scalars)
     torch.cuda.synchronize(gk.device)

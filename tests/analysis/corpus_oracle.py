@@ -9,6 +9,7 @@ Every corpus file is one or more kernels (plus, possibly, a `layer`) with a head
     # base: <correct file it derives from>
     # dims: M=200 N=136 K=72; M=64 N=64 K=520     (2-3 shape sets, `;`-separated)
     # params: BM=64 BN=64                          (optional: compile-time overrides)
+    # scalars: alpha=1.5 beta=0.75                 (optional: runtime scalar arguments, else defaults)
     # oracle: not observable by the interpreter today (<why>)   (optional)
 
 `judge(path)` runs every kernel of the file in the interpreter at every shape set, on fresh random
@@ -46,6 +47,7 @@ class Header:
     oracle: str | None = None  # "not observable ..." for bugs the interpreter cannot show today
     dims: list[dict[str, int]] = field(default_factory=list)
     params: dict[str, object] = field(default_factory=dict)
+    scalars: dict[str, object] = field(default_factory=dict)
     summary: str = ""  # the line saying what the file exercises
 
     @property
@@ -99,6 +101,8 @@ def parse_header(path: Path) -> Header:
             h.dims = [{k: int(v) for k, v in _assignments(part).items()} for part in val.split(";") if part.strip()]
         elif key == "params":
             h.params = _assignments(val)
+        elif key == "scalars":
+            h.scalars = _assignments(val)
     if not h.dims:
         raise OracleError(f"{path.name}: no '# dims:' line")
     return h
@@ -132,15 +136,18 @@ def build(path: Path, name: str, params: dict[str, object]):
     return build_kernel(node, {n: v for n, v in params.items() if n in own})
 
 
-def run_once(kernel, dims: dict[str, int], seed: int) -> tuple[str | None, dict[str, int]]:
-    """Run one kernel at one shape set; returns (why it is wrong or None, the dims it ran at)."""
+def run_once(kernel, dims: dict[str, int], seed: int, given: dict | None = None) -> tuple[str | None, dict[str, int]]:
+    """Run one kernel at one shape set; returns (why it is wrong or None, the dims it ran at). Integer
+    tensors a kernel's assumes constrain (cumulative offsets) come from its contract, as `argus run`
+    builds them; `given` scalars (the header's) override the declared defaults."""
     from argus import moe
     from argus.dsl.diagnostics import ArgusError
     from argus.dsl.reference import evaluate_reference
     from argus.interp.machine import execute
-    from argus.interp.run import compare, make_arrays, reference_env, resolve_scalars
+    from argus.interp.run import compare, contract_inputs, make_arrays, reference_env, resolve_scalars
 
-    scalars = resolve_scalars(kernel, {})
+    given = {n: v for n, v in (given or {}).items() if n in {s.name for s in kernel.scalars}}
+    scalars = resolve_scalars(kernel, given)
     if moe.is_moe_kernel(kernel):
         sizes = {d: dims[d] for d in MOE_SIZES if d in dims}
         run_dims, meta = moe.routed_dims(kernel, tokens=sizes.get("T", 37), experts=sizes.get("E", 4),
@@ -152,7 +159,9 @@ def run_once(kernel, dims: dict[str, int], seed: int) -> tuple[str | None, dict[
         if missing:
             raise OracleError(f"kernel {kernel.name}: no value for {', '.join(missing)} in '# dims:'")
         run_dims = {d: dims[d] for d in kernel.dims}
-        arrays = make_arrays(kernel, run_dims, np.random.default_rng(seed))
+        rng = np.random.default_rng(seed)
+        arrays = make_arrays(kernel, run_dims, rng)
+        scalars.update(contract_inputs(kernel, run_dims, given, arrays, rng))
     env = reference_env(kernel, arrays, run_dims, scalars)  # inputs before the kernel writes
     try:
         hazards = execute(kernel, arrays, run_dims, scalars, observe_hazards=True)
@@ -252,7 +261,7 @@ def judge(path: Path | str, seed: int = 0) -> Verdict:
             if kernel.reference is None:
                 raise OracleError(f"{path.name}: kernel {name} has no reference: block")
             for i, dims in enumerate(h.dims):
-                why, last = run_once(kernel, dims, seed + i)
+                why, last = run_once(kernel, dims, seed + i, h.scalars)
                 if why is not None:
                     return Verdict(True, why, name, last)
         for layer in module.layers:

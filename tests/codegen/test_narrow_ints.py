@@ -59,3 +59,51 @@ def test_i8_inputs_span_their_range_and_the_reference_does_not_wrap() -> None:
     assert arrays["A"].min() < -100 and arrays["A"].max() > 100
     (v,) = [verify_kernel(x, {}, file="<narrow>") for x in parse(SRC, "<narrow>").kernels]
     assert v.status == "violated" and not v.report.tested.ok  # the i8 product overflows
+
+
+MINMAX = """
+kernel minmax(A: i8[M, N], B: i16[M, N], Amin: i8[M], Amax: i8[M], Bmin: i16[M], Bmax: i16[M]):
+    param BM = 4
+    param BN = 128
+    launch grid=(cdiv(M, BM),), threads=128
+    assume(N <= BN)
+    r0 = block_id(0) * BM
+    valid = (arange(BN) < N)[None, :]
+    a = select(valid, load(A[r0 : +BM, 0 : +BN]), load(A[r0 : +BM, 0 : +1]))
+    b = select(valid, load(B[r0 : +BM, 0 : +BN]), load(B[r0 : +BM, 0 : +1]))
+    store(Amin[r0 : +BM], min(a, axis=1))
+    store(Amax[r0 : +BM], max(a, axis=1))
+    store(Bmin[r0 : +BM], min(b, axis=1))
+    store(Bmax[r0 : +BM], max(b, axis=1))
+reference:
+    Amin = min(A, axis=1)
+    Amax = max(A, axis=1)
+    Bmin = min(B, axis=1)
+    Bmax = max(B, axis=1)
+"""
+
+
+def minmax_arrays() -> dict[str, np.ndarray]:
+    """6 rows of 100: row 0 all negative, row 1 all positive, the rest over the whole range."""
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, size=(6, 100)).astype(np.int8)
+    b = rng.integers(-32768, 32768, size=(6, 100)).astype(np.int16)
+    a[0], b[0] = rng.integers(-128, 0, size=100), rng.integers(-32768, 0, size=100)
+    a[1], b[1] = rng.integers(1, 128, size=100), rng.integers(1, 32768, size=100)
+    outs = {"Amin": np.int8, "Amax": np.int8, "Bmin": np.int16, "Bmax": np.int16}
+    return {"A": a, "B": b, **{n: np.zeros(6, t) for n, t in outs.items()}}
+
+
+@pytest.mark.skipif(not cpusim.available(), reason="needs g++")
+def test_narrow_min_max_start_from_their_type_range() -> None:
+    """An i8 / i16 max starts from the type's least value: i32's -2^31 truncates to 0 in an i8 register,
+    so a row of negative values came out 0 (and a min of positive values -1)."""
+    k = build_source(MINMAX, {}, path="<minmax>")
+    arrays = minmax_arrays()
+    a, b = arrays["A"], arrays["B"]
+    cpusim.run(k, arrays, {"M": 6, "N": 100})
+    np.testing.assert_array_equal(arrays["Amax"], a.max(axis=1))
+    np.testing.assert_array_equal(arrays["Amin"], a.min(axis=1))
+    np.testing.assert_array_equal(arrays["Bmax"], b.max(axis=1))
+    np.testing.assert_array_equal(arrays["Bmin"], b.min(axis=1))
+    assert arrays["Amax"][0] < 0 and arrays["Amin"][1] > 0

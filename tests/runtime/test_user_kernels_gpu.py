@@ -11,8 +11,12 @@ import pytest
 pytest.importorskip("cuda.bindings.driver")
 
 import argus  # noqa: E402
+from tests.codegen.test_narrow_ints import (  # noqa: E402
+    MINMAX,
+    _arrays,  # noqa: E402
+    minmax_arrays,
+)
 from tests.codegen.test_narrow_ints import SRC as NARROW  # noqa: E402
-from tests.codegen.test_narrow_ints import _arrays  # noqa: E402
 from tests.codegen.test_user_kernels import HERE, IDS, KERNELS  # noqa: E402
 from tests.runtime.test_driver_gpu import gpu  # noqa: E402
 from tests.runtime.test_ops_gpu import _check, _gpu_kernel  # noqa: E402
@@ -44,3 +48,22 @@ def test_narrow_integer_arithmetic_wraps_on_gpu() -> None:
     torch.cuda.synchronize()
     for o in ("P", "S"):
         np.testing.assert_array_equal(dev[o].cpu().numpy(), host[o])
+
+
+@gpu
+def test_narrow_min_max_on_gpu() -> None:
+    """i8 / i16 row min and max of all-negative and all-positive rows (the reductions' starting values
+    truncated to 0 and -1 in the narrow registers before 2026-12-04)."""
+    import torch
+
+    from argus.ir.build import build_source
+    from argus.runtime.bench import to_device
+
+    k = build_source(MINMAX, {}, path="<minmax>")
+    host = minmax_arrays()
+    dev = {n: to_device(a, t.dtype.name) for t in k.tensors for n, a in minmax_arrays().items() if n == t.name}
+    _gpu_kernel(k)(**dev)
+    torch.cuda.synchronize()
+    a, b = host["A"], host["B"]
+    for o, want in (("Amin", a.min(1)), ("Amax", a.max(1)), ("Bmin", b.min(1)), ("Bmax", b.max(1))):
+        np.testing.assert_array_equal(dev[o].cpu().numpy(), want)

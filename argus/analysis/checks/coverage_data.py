@@ -7,6 +7,7 @@ import itertools
 
 import z3
 
+from argus.analysis import sequences
 from argus.analysis import terms as T
 from argus.analysis.symbolic import as_int
 
@@ -70,6 +71,9 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
         return z3.And(*[z3.And(b >= 0, b < as_int(g)) for b, g in zip(blk, ctx.grid)])
 
     per_block = [x for x in constraints if not isinstance(x, bool) and T.mentions(x, block_names)]
+    mono = sequences.monotone(ctx, block_names)
+    probe = z3.Int("_probe_q")
+    global_q = {id(q): not T.mentions(ctx.instantiate(q, probe), block_names) for q in ctx.quantified}
     fns = {f.name() for f in ctx.functions.values()}
 
     def facts(blk, stores_for_local) -> list:
@@ -81,14 +85,18 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
         for st in stores_for_local:
             starts = [z3.substitute(as_int(x), *sub) for x in st.view.starts]
             vals += [c[ax] - s0 for ax, (s0, e) in enumerate(zip(starts, st.view.extents)) if e is not None]
+        free = []  # instances of a block-independent contract hold at any index, in the grid or not
         for q in ctx.quantified:
             for v in vals:
-                out_f.append(z3.substitute(ctx.instantiate(q, v), *sub))
-        return [z3.Implies(in_grid(blk), z3.And(*out_f))] if out_f else []
+                inst = ctx.instantiate(q, v)
+                (free if global_q[id(q)] else out_f).append(z3.substitute(inst, *sub))
+        return ([z3.Implies(in_grid(blk), z3.And(*out_f))] if out_f else []) + free
 
     if not cov.done("output-written-twice", out) and stores:
         b1, b2, pairs = _two_writers(stores, covers, len(ctx.block))
         formula = z3.And(in_range, in_grid(b1), in_grid(b2), *facts(b1, stores), *facts(b2, stores), z3.Or(*pairs))
+        if mono:
+            formula = z3.And(formula, *sequences.order_lemmas(formula, mono))
         cov.record("output-written-twice", base, formula, ctx, c, out,
                    f"output '{out}' has elements written more than once", stores[0].span)
     if not cov.done("output-unwritten", out):
@@ -109,7 +117,9 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
                 reads.append(x)
             todo.extend(x.children())
         cands_per_axis = []
-        for b in ctx.block:
+        lemmas: list = []
+        deferred: dict[int, list] = {}  # axis -> (start, ext, ax): affine in the block, offset by other blocks
+        for k, b in enumerate(ctx.block):
             opts = []
             for st in stores:
                 for ax, (start, ext) in enumerate(zip(st.view.starts, st.view.extents)):
@@ -120,13 +130,36 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
                     at1 = z3.simplify(z3.substitute(e, (b, z3.IntVal(1))))
                     step = z3.simplify(at1 - at0)
                     size = ext or 1
+                    seg = sequences.direct_reads(e, b)
                     if z3.is_int_value(step) and step.as_long() == size and not T.mentions(at0, block_names):
                         opts.append((c[ax] - at0) / size)
+                    elif z3.is_int_value(step) and step.as_long() == size:
+                        deferred.setdefault(k, []).append((at0, size, ax))
                     else:
                         opts.extend(reads)
+                        # a block that reads an offset table at its own index (cu[b]): the segment
+                        # holding the element's coordinate names it (sequences.segment_witness)
+                        for name in seg:
+                            sw = sequences.segment_witness(ctx, name, c[ax], f"{k}_{ax}")
+                            if sw is not None:
+                                opts.append(sw[0])
+                                lemmas.append(sw[1])
             cands_per_axis.append(opts or [z3.IntVal(0)])
-        combos = list(itertools.islice(itertools.product(*cands_per_axis), 64))
-        none, extra = [], []
+        for k in deferred:
+            if cands_per_axis[k] == [z3.IntVal(0)]:
+                cands_per_axis[k] = [None]  # solved per combination below
+        combos = []
+        for cb in itertools.islice(itertools.product(*cands_per_axis), 64):
+            cb = list(cb)
+            for k, items in deferred.items():
+                # a start affine in this block and offset by others' (cu[b] + rb * BR): solved once those
+                # are chosen
+                sub = [(x, v) for j, (x, v) in enumerate(zip(ctx.block, cb)) if j not in deferred]
+                at0, size, ax = items[0]
+                if cb[k] is None:
+                    cb[k] = (c[ax] - z3.substitute(at0, *sub)) / size if sub else (c[ax] - at0) / size
+            combos.append(tuple(cb))
+        none, extra = [], list(lemmas)
         for cb in combos:
             extra += facts(cb, stores)
             none.append(z3.Not(z3.And(in_grid(cb), z3.Or(*[covers(st, cb) for st in stores]))))

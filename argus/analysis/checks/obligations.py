@@ -6,9 +6,10 @@ import time
 
 import z3
 
+from argus.analysis import terms as T
 from argus.analysis.checks.common import Analysis, owner_of_accumulator
 from argus.analysis.findings import CHECKS, NO_ANSWER, UNKNOWN, VERIFIED, VIOLATED, Finding
-from argus.analysis.solve import check_batch, counterexample, presolve, small_model
+from argus.analysis.solve import check_batch, contract_breaks, counterexample, presolve, small_model
 from argus.ir.threads import copy_thread
 
 CODES = ["mma-contraction", "mma-accumulator", "store-coordinates", "accumulation-coverage", "reference-footprint",
@@ -54,6 +55,8 @@ def run(a: Analysis) -> dict[str, tuple]:
                 # (at N = 1 a row's centred value is 0 and an extra tail term changes nothing)
                 m = small_model(trace, z3.And(_conj(ob), *[d >= 2 for d in ctx.dims.values()]), ctx)
             m = m or small_model(trace, _conj(ob), ctx)
+            if m is not None and _m is not None and contract_breaks(m, ctx):
+                m = _m  # the small model ignores the contract's instances: keep the one that keeps them
             if ob.refine is not None and (m is None or ob.refine(m) is not None):
                 m = _m  # the small model only satisfies the over-approximation: keep the confirmed one
             cx = counterexample(m, ctx, ob) if m is not None else None
@@ -62,7 +65,7 @@ def run(a: Analysis) -> dict[str, tuple]:
             seen.add((code, site))
             # an obligation over a structural over-approximation is a claim: replay must reproduce it
             findings.append(Finding(code, VIOLATED, ob.message, ob.span, cx, invariant=CHECKS[code],
-                                    claim=bool(ob.extra.get("claim"))))
+                                    claim=bool(ob.extra.get("claim")) or _over_contract(ob, ctx)))
             status = VIOLATED
         elif st == UNKNOWN and status == VERIFIED:
             status = UNKNOWN
@@ -71,6 +74,20 @@ def run(a: Analysis) -> dict[str, tuple]:
         out[code] = (status, findings)
         seconds[code] = seconds.get(code, 0.0) + time.perf_counter() - t0
     return {code: (st, f, seconds.get(code, 0.0)) for code, (st, f) in out.items()}
+
+
+def _over_contract(ob, ctx) -> bool:
+    """A model of a query that reads tensor contents a quantified assume constrains satisfies that contract
+    only where it was instantiated (contract_facts, contract_breaks: up to a scan of the model's indices,
+    never as a quantifier): the finding is a claim, violated only where the interpreter reproduces it on
+    contents built from the whole contract, unknown otherwise."""
+    if not ctx.quantified:
+        return False
+    from argus.ir import nodes as ir
+    from argus.ir.transform import walk
+
+    names = {n.ref.base for lam, _over, _env in ctx.quantified for n in walk(lam.body) if isinstance(n, ir.Load)}
+    return bool(names and T.applied_names(_conj(ob), names))
 
 
 def _conj(ob):
