@@ -53,7 +53,10 @@ def test_check_records(capsys):
     for c in j["checks"]:
         keys("check.check", c)
     keys("check.tested", j["tested"])
-    assert j["tested"]["ok"] is True and len(j["tested"]["shapes"]) == 3
+    # three shapes, then the irregular one again on all-negative and on all-positive inputs
+    assert j["tested"]["ok"] is True and len(j["tested"]["shapes"]) == 5
+    assert [t["summary"].split(":")[0] for t in j["tested"]["shapes"][3:]] == ["all inputs negative",
+                                                                               "all inputs positive"]
     for t in j["tested"]["shapes"]:
         keys("check.tested.shape", t)
     code, j = emit(capsys, "check", str(EXAMPLES / "bugs" / "oob_shared_stage_plus_one.arg"))
