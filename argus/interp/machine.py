@@ -103,13 +103,17 @@ class BlockMachine:
         self.in_roles = False
         self.role_accesses = 0
         self.reading_layout: ir.RegLayout | None = None
+        self.role = "the block"  # who runs now (a role's kind), for the deadlock message
+        self.waits: dict[str, tuple[Span | None, str]] = {}  # role -> (span, what it waits for), while blocked
 
     # ---- driver ----
     def run(self) -> None:
         gen = self.exec_block(self.k.body)
         for _ in gen:
+            # every role is blocked: say where each one waits (the first one's line is the error's)
+            waits = list(self.waits.values())
             raise InterpError("deadlock", "the block waits on an mbarrier that nothing will complete",
-                              None, f"block {self.block}")
+                              waits[0][0] if waits else None, f"block {self.block}", *[w[1] for w in waits])
 
     # ---- statements (generators: they yield when blocked on an mbarrier) ----
     def exec_block(self, stmts: tuple[ir.Stmt, ...]) -> Iterator[None]:
@@ -133,11 +137,13 @@ class BlockMachine:
             for item in list(live):
                 r, gen, env = item
                 self.threads, self.env = r.warpgroups * 128, env
+                self.role = f"role '{r.kind}'"
                 try:
                     next(gen)
                 except StopIteration:
                     live.remove(item)
             self.threads, self.env = saved_threads, saved_env
+            self.role = "the block"
             if live and self.progress == before:
                 yield  # every role is blocked: only an enclosing role could unblock them
         self.in_roles = False
@@ -235,8 +241,15 @@ class BlockMachine:
         elif isinstance(s, ir.WaitBarrier):
             mb = self.barrier(s.barrier, s.span)
             parity = int(self.scalar(s.phase)) & 1
+            who = self.role
             while mb.completed % 2 == parity:  # the phase of this parity has not completed yet
+                idx = "" if s.barrier.index is None else f"[{int(self.scalar(s.barrier.index))}]"
+                line = f" (line {s.span.line})" if s.span is not None else ""
+                self.waits[who] = (s.span, f"{who} waits on {s.barrier.name}{idx} for parity {parity}{line}: "
+                                   f"{mb.completed} phase(s) completed, {mb.arrivals} of {mb.count} arrival(s) "
+                                   f"and {mb.tx_issued} of {mb.tx_expected} bytes in the current one")
                 yield
+            self.waits.pop(who, None)
             # Bulk copies become visible to the waiter: data is never there before a wait observes it.
             for cp in mb.ready:
                 self.land(cp)

@@ -173,7 +173,10 @@ def test_wrong_phase_parity_deadlocks():
     k = build_source(WS.replace("{CONSUMER_WAIT}", "wait(full[s], (k // STAGES + 1) % 2)"))
     with pytest.raises(InterpError) as info:
         run_interp(k, {"M": 128, "N": 64, "K": 256}, seed=1)
-    assert info.value.diagnostics[0].code == "deadlock"
+    d = info.value.diagnostics[0]
+    assert d.code == "deadlock"
+    # the error points at a blocked wait and names every blocked role's barrier, parity and phase count
+    assert d.span is not None and any("waits on full[" in n and "for parity 1" in n for n in d.notes), d.notes
 
 
 def test_inputs_are_random_and_outputs_poisoned():
