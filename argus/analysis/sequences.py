@@ -37,8 +37,8 @@ def _sequences(ctx) -> dict[str, tuple[z3.FuncDeclRef, object]]:
 
 
 def monotone(ctx, block_names: set[str]) -> dict[str, tuple[z3.FuncDeclRef, object]]:
-    """Sequences some block-independent quantified assume makes non-decreasing: name -> (f, N) with
-    f(i) <= f(i + 1) for 0 <= i < N."""
+    """Sequences some block-independent quantified assume makes non-decreasing over the whole tensor:
+    name -> (f, N) with f(i) <= f(i + 1) for 0 <= i < N, N its length - 1."""
     key = (len(ctx.quantified), tuple(sorted(ctx.functions)), tuple(sorted(block_names)))
     cached = getattr(ctx, "_monotone", None)
     if cached is not None and cached[0] == key:
@@ -57,6 +57,7 @@ def _monotone(ctx, block_names: set[str]) -> dict[str, tuple[z3.FuncDeclRef, obj
     if not seqs or not ctx.quantified:
         return out
     i = z3.Int("_seq_i")
+    base = [c for c in ctx.constraints if isinstance(c, z3.ExprRef) and not T.mentions(c, block_names)]
     for q in ctx.quantified:
         over = as_int(q[1])
         if T.mentions(over, block_names):
@@ -64,8 +65,11 @@ def _monotone(ctx, block_names: set[str]) -> dict[str, tuple[z3.FuncDeclRef, obj
         body = ctx.instantiate(q, i)
         if T.mentions(body, block_names):
             continue
-        for name, (fn, _n) in seqs.items():
+        for name, (fn, n) in seqs.items():
             if name in out:
+                continue
+            # over the whole tensor only: searchsorted (a reference's expert_of_rows) reads every entry
+            if not _equal(as_int(over), as_int(n) - 1, base):
                 continue
             s = solver(SOLVER_TIMEOUT_MS)
             s.add(i >= 0, i < over, body, z3.Not(fn(i) <= fn(i + 1)))
@@ -88,6 +92,15 @@ def _apps(formula, keep) -> list:
             found.append(x)
         todo.extend(x.children())
     return found
+
+
+def _equal(a, b, base: list) -> bool:
+    """a == b for every execution the kernel's block-independent constraints admit (S1 == NS + 1)."""
+    if z3.is_true(z3.simplify(a == b)):
+        return True
+    s = solver(SOLVER_TIMEOUT_MS)
+    s.add(*base, a != b)
+    return s.check() == z3.unsat
 
 
 def reads_of(formula, fn: z3.FuncDeclRef) -> list:
