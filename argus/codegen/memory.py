@@ -332,9 +332,13 @@ def copy_bulk(em: Emitter, s: ir.Copy) -> None:
         raise unsupported("copy_bulk into a buffer with an explicit layout=", s.span,
                              "TMA writes the swizzle modes: declare the buffer with swizzle=")
     rank = len(t.dims)
-    if rank > 5 or s.src.transposed or dst.transposed or src.row_axis != rank - 2 or src.col_axis != rank - 1:
-        raise unsupported("copy_bulk from anything but a 2-D tile of a tensor's two innermost axes", s.span,
-                          "index the leading axes (e.g. W[e, k * BK : +BK, n * BN : +BN]); TMA ranks are 2..5")
+    # the tile's columns must be the tensor's last (unit-stride) axis; its rows any other axis, the rest
+    # indexed (K[t0 : +BKV, h, 0 : +D] of a [T, H, D] tensor: a box of BKV x 1 x D)
+    if rank > 5 or rank < 2 or s.src.transposed or dst.transposed or src.row_axis is None \
+            or src.col_axis != rank - 1:
+        raise unsupported("copy_bulk from anything but a 2-D tile whose columns are the tensor's last axis",
+                          s.span, "index the other axes (e.g. W[e, k * BK : +BK, n * BN : +BN] or "
+                          "K[t : +BKV, h, 0 : +D]); TMA ranks are 2..5")
     if not isinstance(dst.r0, int) or not isinstance(dst.c0, int):
         raise unsupported("copy_bulk into a shared view with a run-time offset inside the tile", s.span)
     e = buf.elem_bytes
@@ -351,7 +355,7 @@ def copy_bulk(em: Emitter, s: ir.Copy) -> None:
     box_rows = min(dst.rows, TMA_BOX_MAX)
     if dst.rows % box_rows:
         raise unsupported(f"copy_bulk of {dst.rows} rows (boxes take at most {TMA_BOX_MAX})", s.span)
-    spec = TmaSpec(src.tensor, box_rows, width, sw)
+    spec = TmaSpec(src.tensor, box_rows, width, sw, src.row_axis - rank)
     if spec not in em.tmaps:
         em.tmaps.append(spec)
     idx = em.tmaps.index(spec)
@@ -364,10 +368,10 @@ def copy_bulk(em: Emitter, s: ir.Copy) -> None:
     for j in range(dst.cols // width):
         for i in range(dst.rows // box_rows):
             addr = dst.addr(i * box_rows, j * width, swizzled=False)  # box starts are swizzle-atom aligned
-            col = src.index(rank - 1, j * width if j else 0)
-            row = src.index(rank - 2, i * box_rows if i else 0)
-            lead = "".join(f", {src.starts[ax]}" for ax in reversed(range(rank - 2)))  # innermost first
-            boxes.append(f"ag_tma_load_{rank}d({addr}, &ag_tm{idx}, {bar}, {col}, {row}{lead});")
+            coords = [src.index(rank - 1, j * width if j else 0)]  # innermost first
+            for ax in reversed(range(rank - 1)):
+                coords.append(src.index(ax, i * box_rows if i else 0) if ax == src.row_axis else src.starts[ax])
+            boxes.append(f"ag_tma_load_{rank}d({addr}, &ag_tm{idx}, {bar}, {', '.join(coords)});")
     if em.scope.single:
         for b in boxes:
             em.line(b)

@@ -24,12 +24,22 @@ class ParamSpec:
 
 @dataclass(frozen=True)
 class TmaSpec:
-    """A tensor map the runtime builds for bulk copies: boxes of box_rows x box_cols, swizzled."""
+    """A tensor map the runtime builds for bulk copies: boxes of box_rows x box_cols, swizzled. The
+    columns are the tensor's last axis, the rows axis `row_axis` (-2: the one before it); every other
+    axis is indexed (a box of 1), so a [T, H, D] tensor gives [rows, D] tiles of one head."""
 
     tensor: str
     box_rows: int
     box_cols: int
     swizzle: int
+    row_axis: int = -2
+
+    def box(self, rank: int) -> tuple[int, ...]:
+        """The box's extent per axis, outermost first."""
+        out = [1] * rank
+        out[self.row_axis % rank] = self.box_rows
+        out[-1] = self.box_cols
+        return tuple(out)
 
 
 @dataclass(frozen=True)

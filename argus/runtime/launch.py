@@ -159,7 +159,7 @@ class GpuKernel:
             info = infos[spec.tensor]
             item = ITEMSIZE[info.dtype]
             rank = len(info.shape)
-            box = (1,) * (rank - 2) + (spec.box_rows, spec.box_cols)  # leading axes are indexed
+            box = spec.box(rank)  # the axes other than the tile's two are indexed
             tm = drv.make_tensor_map(info.ptr, info.dtype, info.shape, [st * item for st in info.strides],
                                      box, spec.swizzle)
             tmaps.append(tm)

@@ -1,5 +1,6 @@
-"""TMA copies from tensors of rank > 2: the tile spans the two innermost axes, leading axes are indexed.
-Compiles with NVRTC (no GPU); the GPU run is tests/runtime/test_launch.py::test_batched_tma_gemm_on_gpu."""
+"""TMA copies from tensors of rank > 2: the tile's columns are the last axis, its rows any other axis, the
+other axes indexed. Compiles with NVRTC (no GPU); the GPU runs are tests/runtime/test_launch.py's
+test_batched_tma_gemm_on_gpu and test_head_tile_tma_on_gpu."""
 
 from __future__ import annotations
 
@@ -59,7 +60,38 @@ def test_rank3_copy_bulk_uses_a_rank3_tensor_map() -> None:
     assert res.result.binary
 
 
-def test_copy_bulk_of_a_non_innermost_tile_is_refused() -> None:
-    src = BATCHED.replace("A[b, bm * BM : +BM, k * BK : +BK]", "A[bm * BM : +BM, b, k * BK : +BK]")
-    with pytest.raises(ArgusError, match="two innermost axes"):
+# A [T, H, D] tensor (flash-attn's packed layout): a tile of BT rows of one head, the head axis indexed
+# between the tile's two axes; T = 200 is not a multiple of BT, so the last box runs past T (zero fill).
+HEADS = """
+kernel scale_heads(X: bf16[T, H, D], Y: bf16[T, H, D]):
+    param BT = 64
+    param HD = 64
+    launch grid=(cdiv(T, BT), H), threads=128
+    assume(D == HD)
+    t = block_id(0)
+    h = block_id(1)
+    x_s = shared(bf16[BT, HD], swizzle=128)
+    full = mbarrier(count=1)
+    expect_tx(full, BT * HD * 2)
+    copy_bulk(x_s, X[t * BT : +BT, h, 0 : +HD], barrier=full)
+    wait(full, 0)
+    store(Y[t * BT : +BT, h, 0 : +HD], cast(load(x_s) * 2.0, bf16))
+reference:
+    Y = X * 2.0
+"""
+
+
+def test_copy_bulk_of_rows_over_an_indexed_middle_axis() -> None:
+    gen = generate(build_source(HEADS), "heads.arg")
+    calls = [ln.strip() for ln in gen.source.splitlines() if ln.strip().startswith("ag_tma_load_")]
+    # innermost first: the column, the head, then the row
+    assert calls == ["ag_tma_load_3d((ag_smem + 0u), &ag_tm0, (ag_smem + 8192u), (0), h, ((t * 64)));"], calls
+    (spec,) = gen.tensor_maps
+    assert spec.box(3) == (64, 1, 64)  # outermost first: BT rows, one head, HD columns
+    assert build(build_source(HEADS), arch="sm_90a").result.binary
+
+
+def test_copy_bulk_whose_columns_are_not_the_last_axis_is_refused() -> None:
+    src = BATCHED.replace("A[b, bm * BM : +BM, k * BK : +BK]", "A[bm * BM : +BM, k * BK : +BK, b]")
+    with pytest.raises(ArgusError, match="columns are the tensor's last axis"):
         generate(build_source(src), "bgemm.arg")

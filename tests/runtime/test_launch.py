@@ -212,6 +212,15 @@ def test_batched_tma_gemm_on_gpu() -> None:
 
 
 @gpu
+def test_head_tile_tma_on_gpu() -> None:
+    """A TMA box of rows of one head of a [T, H, D] tensor (the head axis indexed between the tile's axes):
+    T = 200 leaves the last box past T (zero fill, masked by the store)."""
+    from tests.codegen.test_tma_nd import HEADS
+
+    _check(build_source(HEADS), {"T": 200, "H": 3, "D": 64}, seed=5)
+
+
+@gpu
 @pytest.mark.parametrize("m", [1, 16, 40])
 def test_few_rows_route_to_the_swapped_kernel_on_gpu(m: int, capsys) -> None:
     """argus.load(...)(A, B, C), `argus run` and argus.torch.op take the route of gemm_ws.arg's gemm_ws / linear
