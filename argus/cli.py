@@ -223,7 +223,7 @@ def _check_layer(args, layer, defines: dict[str, object], src) -> tuple[int, dic
     if args.no_test or args.no_verify or getattr(args, "_collect", None) is not None:
         problems, tested = [], False
     else:
-        problems, tested = check_composition(plan, explicit), True
+        problems, tested = check_composition(plan, explicit, dims=defines), True
     dt = time.perf_counter() - t0
     if problems:  # a composition that could not be tested is a warning: unknown, not violated
         codes.append(EXIT_ERROR if any(p.severity == "error" for p in problems) else EXIT_UNKNOWN)

@@ -281,11 +281,11 @@ COMMON_SIZES = (16, 32, 48, 64, 80, 96, 128, 192, 256)  # head dims and the like
 
 
 def composition_dims(layer: ast.Layer, seed: int = 0, accept=lambda dims: True,
-                     fixed: dict[str, int] | None = None) -> list[dict[str, int]]:
+                     fixed: dict[str, int] | None = None, settle=lambda dims: dims) -> list[dict[str, int]]:
     """Dims to test the composition at: all small, then each dim in turn large (a long K, a long row); each
     set drawn again (up to 400 times) until `accept` (the layer's assumes) holds, and left out if it never does.
     A small dim is 1..40 or, one draw in three, a common size (an assume may pin a head dim); `fixed` dims
-    (given with -D) are never drawn."""
+    (given with -D) are never drawn; `settle` may set drawn dims the assumes pin (D == 64) before `accept`."""
     fixed = fixed or {}
     names = [n for n in dict.fromkeys(d for a in layer.args for d in a.dims or () if isinstance(d, str))
              if n not in fixed]
@@ -293,7 +293,7 @@ def composition_dims(layer: ast.Layer, seed: int = 0, accept=lambda dims: True,
 
     def draw(make) -> dict[str, int] | None:
         for _ in range(400):
-            dims = {**make(), **fixed}
+            dims = settle({**make(), **fixed})
             if accept(dims):
                 return dims
         return None
@@ -308,6 +308,12 @@ def composition_dims(layer: ast.Layer, seed: int = 0, accept=lambda dims: True,
     return small + [d for d in large if d is not None]
 
 
+def _conjuncts(e: ast.Expr) -> list[ast.Expr]:
+    if isinstance(e, ast.BoolOp) and e.op == "and":
+        return _conjuncts(e.left) + _conjuncts(e.right)
+    return [e]
+
+
 def layer_assume_failed(plan: LayerPlan, env: dict[str, object]) -> ast.Call | None:
     """The first of the layer's `assume`s that does not hold in `env` (dims, params, scalars, bindings)."""
     from argus.specialize import assumes, evaluate
@@ -319,9 +325,10 @@ def layer_assume_failed(plan: LayerPlan, env: dict[str, object]) -> ast.Call | N
 
 
 def check_composition(plan: LayerPlan, explicit: dict[str, object], *, seed: int = 0,
-                      max_elements: int = 40_000_000) -> list[Diagnostic]:
+                      max_elements: int = 40_000_000, dims: dict[str, object] | None = None) -> list[Diagnostic]:
     """Problems found by composing the called kernels' references on random float64 inputs (empty: none),
-    located at the call (or, for a wrong result, at the layer's name)."""
+    located at the call (or, for a wrong result, at the layer's name). `dims`: runtime dims given with -D,
+    held at those values in every tested set."""
     from argus.dsl.reference import evaluate_reference
     from argus.specialize import param_values
 
@@ -335,8 +342,33 @@ def check_composition(plan: LayerPlan, explicit: dict[str, object], *, seed: int
         return layer_assume_failed(plan, integers(plan, dims, lp, scalars)) is None
 
     names = {d for a in layer.args for d in a.dims or () if isinstance(d, str)}
-    fixed = {n: int(v) for n, v in explicit.items() if n in names and isinstance(v, int)}
-    tested = composition_dims(layer, seed, holds, fixed)
+    given = {**(dims or {}), **explicit}
+    fixed = {n: int(v) for n, v in given.items() if n in names and isinstance(v, int) and not isinstance(v, bool)}
+    pinnable = names - set(fixed)
+
+    def settle(dims: dict[str, int]) -> dict[str, int]:
+        """Dims an assume states equal to an expression (D == 64, H == HKV * GROUP) take its value, in
+        the order the assumes give them: random draws alone rarely meet several such equalities."""
+        from argus.specialize import assumes, evaluate
+
+        dims = dict(dims)
+        for _ in range(3):
+            for a in assumes(layer):
+                for c in _conjuncts(a.args[0]):
+                    if not (isinstance(c, ast.Compare) and c.op == "=="):
+                        continue
+                    for name, other in ((c.left, c.right), (c.right, c.left)):
+                        if isinstance(name, ast.Name) and name.id in pinnable:
+                            try:
+                                v = evaluate(other, integers(plan, dims, lp, scalars), "an assume")
+                            except Exception:  # an expression over what is not drawn yet: leave it
+                                continue
+                            if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+                                dims[name.id] = v
+                            break
+        return dims
+
+    tested = composition_dims(layer, seed, holds, fixed, settle)
     if not tested:
         # not a fault of the layer: nothing was tested (unknown), and -D can say where to test it
         return [Diagnostic("warning", "layer-composition", f"the composition of layer '{layer.name}' was not "

@@ -158,13 +158,20 @@ def test_a_layers_assume_bounds_its_composition_test_and_its_calls(tmp_path) -> 
     with pytest.raises(ArgumentError, match="precondition at line .* of layer twice_plus_one .* does not hold"):
         layer(np.zeros((9, 22), np.float32), np.zeros((9, 22), np.float32))
     # an assume no drawn dims satisfy leaves nothing to test: a located warning (unknown), not a silent pass
-    never = src.replace("assume(C <= 64 and C % 4 == 0)", "assume(C == 100001)")
+    never = src.replace("assume(C <= 64 and C % 4 == 0)", "assume(C > 100000 and C < 100002)")
     problems = check_composition(_plan(never), {})
     assert problems and problems[0].severity == "warning" and "was not tested" in problems[0].message
     assert "no dims drawn satisfy its assumes" in problems[0].message and "-D" in problems[0].notes[0]
     # a size an assume pins (a head dim) is among the drawn ones; a dim given with -D is used as given
     assert check_composition(_plan(src.replace("assume(C <= 64 and C % 4 == 0)", "assume(C == 64)")), {}) == []
     assert check_composition(_plan(src.replace("assume(C <= 64 and C % 4 == 0)", "assume(C == 44)")), {"C": 44}) == []
+    # dims the assumes state equal to an expression take its value (random draws rarely meet two equalities)
+    chained = src.replace("assume(C <= 64 and C % 4 == 0)", "assume(C == 2 * R and R == 26)")
+    assert check_composition(_plan(chained), {}) == []
+    # ... and a runtime dim given with -D is held (it was dropped unless it was a layer param)
+    odd = _plan(src.replace("assume(C <= 64 and C % 4 == 0)", "assume(C % 97 == 44)"))
+    assert "was not tested" in check_composition(odd, {})[0].message
+    assert check_composition(odd, {}, dims={"C": 44}) == []
     with pytest.raises(ArgusError, match="'Q' in an assume"):
         _plan(src.replace("C % 4 == 0", "Q % 4 == 0"))
 
@@ -185,7 +192,7 @@ def test_check_verifies_each_call_and_the_composition(tmp_path, capsys) -> None:
     assert main(["check", str(bad), "--kernel", "twice_plus_one"]) == 1
     assert "[layer-composition]" in capsys.readouterr().out
     # a composition no drawn dims can test is unknown (exit 2), with the -D to give
-    pinned = tail.replace("    T = empty(", "    assume(C == 100001)\n    T = empty(", 1)
+    pinned = tail.replace("    T = empty(", "    assume(C > 100000 and C < 100002)\n    T = empty(", 1)
     never = _write(tmp_path, head + "layer twice_plus_one" + pinned)
     assert main(["check", str(never), "--kernel", "twice_plus_one"]) == 2
     out = capsys.readouterr().out
