@@ -93,6 +93,8 @@ VARIANTS = [
             "then block j's softmax; tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg): the P·V wgmma stays in "
             "flight under the softmax (codegen/held_release.py)",
             file="tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg"),
+    Variant("ws-fa3-s3", "ws-fa3 with 3 stages at every causality (the stage held for P·V leaves a 2-stage ring "
+            "no room to prefetch)", {"STAGES": 3}, file="tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg"),
     Variant("ws-fa3-bf16", "ws-fa3 with P carried to the next step in bf16 (fa_ws_pipelined_pv_bf16.arg)",
             file="tests/analysis/corpus/correct/fa_ws_pipelined_pv_bf16.arg"),
     Variant("ws-fa3-64", "ws-fa3 with BKV=64 and 4 stages (S, P and O fit the consumer's registers: no spills)",

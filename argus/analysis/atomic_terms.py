@@ -76,10 +76,29 @@ def accumulated(out: str, coords: tuple, sites: list, ctx, tag: str) -> T.Term:
         in_grid = z3.And(*[z3.And(b >= 0, b < as_int(g)) for b, g in zip(blk, ctx.grid)])
         in_view = [c for i, e in zip(hold, v.shape) for c in (i >= 0, i < e)]
         inside = z3.substitute(z3.And(*in_view, T.zb(st.inside(hold))), *ren)
-        domain = z3.And(in_grid, z3.substitute(inside, *local), *fixed)
+        # block b' ran its own assumes (t = load(row_token[b']); assume(0 <= t < T)): a valid launch
+        # holds them at every block, so the sum ranges over blocks where they hold
+        own = [z3.substitute(c, *ren) for c in block_assumes(ctx)]
+        domain = z3.And(in_grid, z3.substitute(inside, *local), *fixed, *own)
         if isinstance(body, T.Red) and body.kind == "sum":  # a block's partial sum: one sum over (block, member)
             total = T.op("+", total, T.red("sum", blk + body.vars, z3.And(domain, T.zb(body.domain)), body.body,
                                            site=body.site, chain=chain))
         else:
             total = T.op("+", total, T.red("sum", blk, domain, body, chain=chain))
     return total
+
+
+def block_assumes(ctx) -> list:
+    """The path's assumes that read the block ids and nothing else the block does not share (dims,
+    scalars, tensor contents): they hold at every block of the grid that takes this path."""
+    from argus.analysis.solve import free_constants
+
+    names = {str(b) for b in ctx.block}
+    allowed = names | {str(v) for v in (*ctx.dims.values(), *ctx.scalars.values())}
+    out = []
+    for c in ctx.constraints:
+        if c.get_id() in ctx.assumed:
+            consts = free_constants(c)
+            if consts & names and consts <= allowed:
+                out.append(c)
+    return out

@@ -17,6 +17,8 @@ Every store gets obligations for each code in scope, or an Unknown with the reas
 
 from __future__ import annotations
 
+import dataclasses
+
 import z3
 
 from argus.analysis import terms as T
@@ -89,8 +91,14 @@ def _accumulated_obligations(kernel, trace, ctx, out: str, adds: list[StoreEvent
         elem = st.value.tags(idx)
         term = accumulated(out, coords, adds, ctx, f"{out}_{k}")
         names = {f"element[{d}]": i for d, i in enumerate(idx)}
+        first = len(trace.obligations)
         contract.obligations(trace, ctx, st, idx, coords, type(elem)(elem.fields, term, elem.origin), domain,
                              st.inside(idx), names)
+        # the sum over the adding blocks ranges over blocks whose contributions depend on contents the
+        # solver picks per block (which block adds where): its models are claims, violated where the
+        # interpreter reproduces them (a correct MoE scatter was flagged on a model no launch produces)
+        trace.obligations[first:] = [dataclasses.replace(ob, extra={**ob.extra, "claim": True})
+                                     for ob in trace.obligations[first:]]
 
 
 # ---- the contract implied by axis names (no analysable reference) ----
@@ -296,7 +304,7 @@ class ReferenceContract:
         on nothing). Only where the stored value is the max itself: inside arithmetic (exp(x - max)) the
         shift may cancel, as in a softmax, and the sums' own obligations apply."""
         refs = [r for r in _stored_maxima(ref) if r.kind == "max"]
-        kers = [r for r in _stored_maxima(ker) if r.kind == "max" and r.vars]
+        kers = [m for r in _stored_maxima(ker) if r.kind == "max" and r.vars for m in _max_members(r)]
         if not refs or not kers:
             return
         if all(_at_least_zero(r.body) for r in refs):
@@ -428,6 +436,12 @@ class ReferenceContract:
             phantoms: list = []
             summed = frozenset(t for r in sums for t in summed_tensors(r))
             for ri, r in enumerate(sums):
+                # a sum whose index reaches its tensors only inside a nested sum (a softmax denominator
+                # sum_k exp(sum_d Q[q, d] K[k, d] - m), itself or inside softmax(..) @ V): no pairing, but
+                # a member at a key outside K is a zero fill the arithmetic made nonzero (exp(0 - m))
+                # unless it is dead
+                for n, d in enumerate(_inner_sums(r)):
+                    phantoms.extend(_deep_phantoms(d, [*members, *stepwise], f"{self.count}_{ri}n{n}"))
                 keys = index_atoms(r)
                 if not keys:
                     continue
@@ -668,18 +682,19 @@ def top_sums(ref: T.Term) -> list[T.Red]:
     return out
 
 
-def index_atoms(r: T.Red) -> list[tuple[str, int, object]]:
-    """(tensor, position, var): atoms of r's body, outside nested reductions, whose coordinate at
-    position is one of r's variables (plus a term free of them): what r sums over."""
+def index_atoms(r: T.Red, nested: bool = False) -> list[tuple[str, int, object]]:
+    """(tensor, position, var): atoms of r's body, outside nested reductions (with `nested`: only those
+    inside nested sums, K[k, d] of sum_d Q[q, d] K[k, d]), whose coordinate at position is one of r's
+    variables (plus a term free of them): what r sums over."""
     names = {v.decl().name(): v for v in r.vars}
     found: dict = {}
-    todo, seen = [r.body], set()
+    todo, seen = [(r.body, False)], set()
     while todo:
-        x = todo.pop()
+        x, deep = todo.pop()
         if id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, T.Atom):
+        if isinstance(x, T.Atom) and deep == nested:
             for p, c in enumerate(x.coords):
                 for name, v in names.items():
                     if name in found:
@@ -688,9 +703,11 @@ def index_atoms(r: T.Red) -> list[tuple[str, int, object]]:
                     if lin is not None and T.mentions(c, {name}) and not T.mentions(c, set(names) - {name}):
                         found[name] = (x.tensor, p, v)
         elif isinstance(x, T.Op):
-            todo.extend(x.args)
+            todo.extend((a, deep) for a in x.args)
         elif isinstance(x, T.Sel):
-            todo.extend((x.a, x.b))
+            todo.extend(((x.a, deep), (x.b, deep)))
+        elif nested and isinstance(x, T.Red) and x.kind == "sum":
+            todo.append((x.body, True))
     return [found[n] for n in names if n in found]
 
 
@@ -777,7 +794,7 @@ def _accumulated_steps(t: T.Term) -> list[T.Red] | None:
     return steps
 
 
-def direct_index(m: T.Red, tensors: set[str]):
+def direct_index(m: T.Red, tensors: set[str], nested: bool = False):
     """The atoms of `tensors` that identify member m of a sum: in m's body outside nested reductions
     and running maxima (a later step's normaliser reads earlier steps' inputs), preferring atoms whose
     coordinates move with m's own variables. None if a tensor has none."""
@@ -798,7 +815,27 @@ def direct_index(m: T.Red, tensors: set[str]):
             todo.extend(x.args)
         elif isinstance(x, T.Sel):
             todo.extend((x.a, x.b))
+        elif nested and isinstance(x, T.Red) and x.kind == "sum":
+            todo.append(x.body)  # an mma's products: K[kk, d] of the scores of key kk
+    if nested:  # only atoms that move with m's own variables identify the member's key
+        atoms = {t: a for t, a in atoms.items() if a[1]}
     return {t: a for t, (a, _moves) in atoms.items()} if set(atoms) == tensors else None
+
+
+def _max_members(r: T.Red) -> list[T.Red]:
+    """A max reduction whose body is itself a max of several terms (a running elementwise max over loop
+    steps, max(mx, load(X[.., j * BC : +BC])), reduced along the row after the loop) as one reduction per
+    term, each over r's variables: a zero fill in any step's tile is a candidate of the stored max."""
+    out, todo = [], [r.body]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, T.Op) and x.fn == r.kind:
+            todo.extend(x.args)
+        elif not isinstance(x, T.Lit):  # the running max's -inf start is no member
+            out.append(x)
+    if len(out) == 1 and out[0] is r.body:
+        return [r]
+    return [dataclasses.replace(r, body=b) for b in out]
 
 
 def _stored_maxima(t: T.Term) -> list[T.Red]:
@@ -816,7 +853,48 @@ def _stored_maxima(t: T.Term) -> list[T.Red]:
     return out
 
 
-def _phantoms(matched, keys, tag) -> list:
+def _inner_sums(r: T.Red) -> list[T.Red]:
+    """r itself when its index reaches its tensors only through a nested sum, and the sums inside r's body
+    that do not move with r's variables (a softmax's denominator inside softmax(S) @ V)."""
+    out = [r] if not index_atoms(r) else []
+    names = {v.decl().name() for v in r.vars}
+    for x in T.subterms(r.body, reductions=False):
+        # a normaliser: nothing in it moves with r's index (the scores' own sum over d does)
+        if isinstance(x, T.Red) and x.kind == "sum" and x.vars and not T.mentions(T.zb(x.domain), names) \
+                and not _moves(x, names):
+            out.append(x)
+    return out
+
+
+def _deep_phantoms(r: T.Red, members: list, tag: str) -> list:
+    deep = index_atoms(r, nested=True)
+    if not deep:
+        return []
+    tensors = {t for t, _p, _v in deep}
+    hits = [(m, hit) for m in members if (hit := direct_index(m, tensors, nested=True)) is not None]
+    return _phantoms(hits, deep, tag, axis_only=True)
+
+
+def _moves(t: T.Term, names: set[str]) -> bool:
+    """Some atom coordinate or selection condition in t mentions one of `names`."""
+    for x in T.subterms(t):
+        if isinstance(x, T.Atom) and any(T.mentions(c, names) for c in x.coords):
+            return True
+        if isinstance(x, T.Sel) and T.mentions(T.zb(x.cond), names):
+            return True
+    return False
+
+
+def _axis_inside(atom: T.Atom, p: int):
+    """The part of atom.inside about coordinate p (inside is one conjunct per axis); the whole when its
+    shape is not that. A nested sum's own variables sit in the other axes' conjuncts, unconstrained here."""
+    inside = T.zb(atom.inside)
+    if z3.is_and(inside) and inside.num_args() == len(atom.coords):
+        return inside.arg(p)
+    return inside
+
+
+def _phantoms(matched, keys, tag, axis_only: bool = False) -> list:
     """Members of a sum that carry data (or -inf) although their index atom lies outside its tensor: the
     masked access read the zero fill, and the member's arithmetic made it nonzero (exp(0 - max), (0 - mean)^2),
     so the kernel sums a term at an index the reference's sum does not have. The dependency comparison
@@ -824,7 +902,7 @@ def _phantoms(matched, keys, tag) -> list:
     out = []
     for n, (m, atoms) in enumerate(matched):
         ren = [(v, z3.Int(f"{v.decl().name()}_ph{tag}_{n}")) for v in m.vars]
-        outside = [z3.Not(T.zb(atoms[t].inside)) for t, _p, _v in keys]
+        outside = [z3.Not(_axis_inside(atoms[t], p) if axis_only else T.zb(atoms[t].inside)) for t, p, _v in keys]
         # -inf there too (a tail masked to -inf, or picked by an index past the end, then summed): the
         # reference's sum has no member at that index, and -inf is no zero
         bad = z3.And(T.zb(m.domain), z3.Or(T.zb(m.body.live), T.zb(m.body.minf)), z3.Or(*outside))

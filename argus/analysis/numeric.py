@@ -25,6 +25,7 @@ from argus.ir.transform import walk
 
 MAX_ELEMENTS = 1 << 20  # tensor elements at one shape: the interpreter runs it in seconds
 LIMIT = 300  # dims of the tested shapes stay below this
+PINNED_LIMIT = 1 << 16  # ... unless an assume pins one past it (MAX_ELEMENTS still bounds the shape)
 
 
 @dataclass
@@ -96,13 +97,18 @@ def pick_shapes(kernel: ir.Kernel, constraints: list, dims_z3: dict, defines: di
     base = [c for c in constraints if not T.mentions(c, {"block_x", "block_y", "block_z"})]
     out: list[dict[str, int]] = []
     for regular in (True, False) + ((None,) if several_tiles else ()):
-        s = solver(3000)
-        s.add(*base)
-        for d, v in dims_z3.items():
-            w = widths.get(d, 0) if regular is None else 0
-            s.add(v >= 1, v <= max(LIMIT, 4 * w))  # a tile wider than LIMIT / 4 gets room for two steps
-            if d in fixed:
-                s.add(v == fixed[d])
+        for cap in (LIMIT, PINNED_LIMIT):
+            s = solver(3000)
+            s.add(*base)
+            for d, v in dims_z3.items():
+                w = widths.get(d, 0) if regular is None else 0
+                s.add(v >= 1, v <= max(cap, 4 * w))  # a tile wider than LIMIT / 4 gets room for two steps
+                if d in fixed:
+                    s.add(v == fixed[d])
+            # an assume that pins a dim past LIMIT (a vocabulary of 1000, a hidden size of 4096) is tested at
+            # that size, the other dims small (the interpreter's element budget still applies)
+            if s.check() == z3.sat:
+                break
         prefs: list[list] = []  # per dim, alternatives in order: the first the constraints allow is kept
         for d, v in dims_z3.items():
             if d in fixed:
@@ -119,6 +125,8 @@ def pick_shapes(kernel: ir.Kernel, constraints: list, dims_z3: dict, defines: di
                 prefs.append([z3.And(v % 64 == 0, v <= 128)])
             elif d in tiled:
                 prefs.append([z3.And(v % 8 != 0, v > 64, v < 200), z3.And(v % 64 != 0, v > 64, v < 200)])
+            elif cap != LIMIT:  # a pinned large dim: counting dims 1 keep the shape within MAX_ELEMENTS
+                prefs.append([v == 1, v == (3 if regular is False else 2)])
             else:
                 prefs.append([v == (3 if regular is False else 2)])
         # as many preferences as the constraints allow, greedily

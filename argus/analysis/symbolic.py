@@ -193,6 +193,8 @@ class Context:
     assumed: set = field(default_factory=set)
     # a reference's expert_of_rows(offs, n) functions (name -> the offsets tensor): argus.analysis.sequences
     segments: dict[str, str] = field(default_factory=dict)
+    # (id of a quantified assume, index) -> (it, its instance): contract_breaks scans the same indices per model
+    instances: dict = field(default_factory=dict)
 
     def instantiate(self, q, v):
         """The quantified assume q at index v: 0 <= v < N implies cond(v)."""

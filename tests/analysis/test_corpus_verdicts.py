@@ -25,7 +25,11 @@ from tests.analysis.corpus_oracle import CORPUS, parse_header
 CORRECT = sorted((CORPUS / "correct").glob("*.arg"))
 BROKEN = sorted((CORPUS / "broken").glob("*.arg"))
 # correct kernels the verifier does not settle, and why (the issue allows 1 unknown verdict in 20)
-UNKNOWN_OK: dict[str, str] = {}
+UNKNOWN_OK: dict[str, str] = {
+    "moe_scatter_atomic": "which blocks add to an element through a row -> token table is not solved (the "
+                          "atomic sum's models are claims the interpreter does not reproduce; flagged violated, "
+                          "a false alarm, before 2026-12-05)",
+}
 # correct kernels the verifier flags today (each replay does not confirm it), kept so the fix shows
 KNOWN_FALSE_ALARMS: dict[str, str] = {
 }

@@ -26,7 +26,7 @@ from argus.analysis.checks.coverage_atomic import atomic_coverage
 from argus.analysis.checks.coverage_data import data_coverage, data_dependent
 from argus.analysis.checks.coverage_tiles import prove_schedule, tile_coverage
 from argus.analysis.findings import CHECKS, NO_ANSWER, UNKNOWN, VERIFIED, VIOLATED, Finding
-from argus.analysis.solve import counterexample, value
+from argus.analysis.solve import CONTRACT_ROUNDS, contract_breaks, counterexample, value
 from argus.analysis.solving import check_split
 from argus.analysis.symbolic import SOLVER_TIMEOUT_MS, as_int, solver
 from argus.analysis.trace import Obligation, View
@@ -63,24 +63,40 @@ class Coverage:
         # a counterexample the interpreter can run: at least one block along every grid axis
         s.add(*[as_int(g) >= 1 for g in ctx.grid])
         small = [d <= 512 for d in ctx.dims.values()]
-        if claim:
-            # an approximate query: unsat still proves the check, but a model only means "replay it", so
-            # one short attempt (a long search would buy nothing better than unknown)
-            r = check_split(s, small, timeout_ms=CLAIM_TIMEOUT_MS)
-            if r == z3.unknown:
-                self.unknown(code, span, unproved or f"coverage of {out} through a remapped block index over "
-                             "data-dependent tiles is not modelled exactly, and the solver found no proof")
-                return
+        budget = CLAIM_TIMEOUT_MS if claim else SOLVER_TIMEOUT_MS
+        # an approximate query (claim): unsat still proves the check, but a model only means "replay it", so
+        # short attempts (a long search would buy nothing better than unknown)
+        r = check_split(s, small, timeout_ms=budget)
+        first = None  # the first model: a claim for replay when the refined question gets no answer
+        for _ in range(CONTRACT_ROUNDS + 1):
+            if r != z3.sat:
+                # unsat with every dim <= 512 proves nothing past them: ask without the bound
+                r = check_split(s, timeout_ms=budget)
+            if r != z3.sat:
+                break
+            # a model that breaks the kernel's own contract (a quantified assume at an index nobody asked
+            # for, another block's assume) is no counterexample: rule its instances out and ask again
+            broken = contract_breaks(s.model(), ctx)
+            if not broken:
+                break
+            first = first or s.model()
+            s.add(*broken)
+            r = check_split(s, small, timeout_ms=budget)
         else:
-            r = check_split(s, small)
-        if r != z3.sat and not claim:
-            r = check_split(s)
+            r = z3.unknown
         if r == z3.unsat:
             return
-        if r == z3.unknown:
-            self.unknown(code, span, f"{out}: {NO_ANSWER}")
+        if r == z3.unknown and first is None:
+            self.unknown(code, span, (unproved or f"coverage of {out} through a remapped block index over "
+                                      "data-dependent tiles is not modelled exactly, and the solver found no "
+                                      "proof") if claim else f"{out}: {NO_ANSWER}")
             return
-        m = s.model()
+        if r == z3.unknown:
+            # only contract-breaking models: the first is a claim, violated where replay reproduces it on
+            # contents built from the whole contract
+            m, claim = first, True
+        else:
+            m = s.model()
         ob = Obligation(code, span, msg, formula, [], {}, {})
         cx = counterexample(m, ctx, ob)
         cx.block = None
