@@ -871,8 +871,18 @@ def _deep_phantoms(r: T.Red, members: list, tag: str) -> list:
     if not deep:
         return []
     tensors = {t for t, _p, _v in deep}
-    hits = [(m, hit) for m in members if (hit := direct_index(m, tensors, nested=True)) is not None]
+    # only members that exponentiate a nested sum: there a sum of zero fills (0, a score of a zero key)
+    # becomes nonzero (exp(0 - m)); elsewhere it stays 0 (abs(acc) of a zero column), though the term's
+    # flags count every sum as live data
+    hits = [(m, hit) for m in members if _exp_of_sum(m.body)
+            and (hit := direct_index(m, tensors, nested=True)) is not None]
     return _phantoms(hits, deep, tag, axis_only=True)
+
+
+def _exp_of_sum(t: T.Term) -> bool:
+    return any(isinstance(x, T.Op) and x.fn in ("exp", "exp2")
+               and any(isinstance(y, T.Red) and y.kind == "sum" for y in T.subterms(x))
+               for x in T.subterms(t, reductions=False))
 
 
 def _moves(t: T.Term, names: set[str]) -> bool:
