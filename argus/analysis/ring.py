@@ -59,6 +59,7 @@ import z3
 from argus.analysis.symbolic import Unsupported, as_int, solver
 from argus.analysis.trace import Obligation, Unknown
 from argus.ir import nodes as ir
+from argus.ir.printer import expr as show_expr
 from argus.ir.rings import RingPlan, kernel_ring_plan
 from argus.ir.rings import role_nest as _nest
 from argus.ir.transform import read_before_assigned, walk
@@ -426,9 +427,9 @@ class RingRules:
         code = "deadlock" if producer else "async-read-before-wait"
         who = "the producer's wait for a free stage" if producer else "the consumer's wait for the stage's data"
         self.ring_index(s.barrier, s.span, who, code)
-        self.ring_check(code, s.span, f"{who} waits on parity {'(q // S + 1) % 2' if producer else '(q // S) % 2'}"
-                        " of the ring position q; this parity waits for another phase",
-                        parity % 2 != want, {"parity": parity})
+        need = f"(q // {plan.stages} + 1) % 2" if producer else f"(q // {plan.stages}) % 2"
+        self.ring_check(code, s.span, f"{who} must wait on parity {need} at the ring position q; the code's "
+                        f"parity {show_expr(s.phase)} waits for another phase", parity % 2 != want, {"parity": parity})
         if producer:
             r.free = True
         if not producer:
