@@ -23,6 +23,7 @@ import z3
 
 from argus.analysis import terms as T
 from argus.analysis.dependencies import UNWRITTEN, Dependencies, tensors_of
+from argus.analysis.nan_terms import Flags
 from argus.analysis.solving import fix_model, solve
 from argus.analysis.symbolic import as_int, solver
 from argus.analysis.trace import Obligation, StoreEvent, Trace, Unknown, path_decisions
@@ -296,6 +297,7 @@ class ReferenceContract:
             self._l1(trace, st, deps, ker, ref, tensor, allpos, code, base, names, cvars)
         self._multiplicity(trace, st, ker, sums, base, names)
         self._max_fill(trace, st, ker, ref, base, names)
+        self._nan(trace, st, ker, ref, base, names)
 
     def _max_fill(self, trace, st, ker, ref, base, names) -> None:
         """A stored maximum (the element is a max over a reduction, through running maxima): a member
@@ -331,6 +333,20 @@ class ReferenceContract:
                 f"the stored {self.output} element is a maximum over a position outside its input: the zero "
                 "fill there is a candidate (a mask to -inf is missing)", z3.Or(*bads), base, dict(names),
                 st.step, extra={"kind": "max-fill", "claim": True}))
+
+    def _nan(self, trace, st, ker, ref, base, names) -> None:
+        """The stored element is NaN (-inf - -inf, -inf * 0) only where the reference's is. Asked alone in
+        a fresh context (its quantifiers stay out of the site's shared query) and replayed: a claim."""
+        flags = Flags()
+        bad = T.b_and(flags.nan(ker), T.b_not(flags.nan(ref)))
+        if bad is False:
+            return
+        trace.obligations.append(Obligation(
+            "reference-footprint", st.span,
+            f"the stored {self.output} element is NaN where its reference is not: -inf - -inf (a running max "
+            "still -inf in a step that masks all of a row's scores; replace it by 0 where it is -inf before "
+            "exp2(s - m)) or -inf * 0", T.zb(bad), base, dict(names), st.step,
+            extra={"kind": "nan", "claim": True, "fresh": True}))
 
     def lemmas(self, ctx, ref) -> list:
         """Facts about reference functions the kernel's own assumptions pin down: expert_of_rows(r) = e
@@ -374,6 +390,41 @@ class ReferenceContract:
                     T.zb(bad), base, {**names, **shown}, st.step,
                     extra={"kind": "missing", "tensor": tensor, "exact": T.zb(T.b_and(r_exact, T.b_not(k_exact)))},
                     refine=_refiner(T.zb(k_exact), c, positions)))
+
+    def _summed_twice(self, trace, st, ker, sums, base, names) -> None:
+        """Terms added with `+` outside any reduction (`acc = load(P[0])`, then `acc = acc + load(P[sp])` over
+        a loop of scalar steps: the executor unrolls it into plain additions, no accumulator chain): no two
+        of them may read one coordinate a reference sum sums once (split-K's reduce counting slice 0 twice
+        verified before 2026-12-06; only the numeric tier caught it)."""
+        leaves, todo = [], [ker]
+        while todo:
+            x = todo.pop()
+            if isinstance(x, T.Op) and x.fn == "+":
+                todo.extend(x.args)
+            elif not isinstance(x, (T.Red, T.Lit)):
+                leaves.append(T.red("sum", (), True, x))
+        if len(leaves) < 2:
+            return
+        for ri, r in enumerate(sums):
+            keys = index_atoms(r)
+            if not keys:
+                continue
+            tensors = {t for t, _p, _v in keys}
+            matched = [(m, hit) for m in leaves if (hit := direct_index(m, tensors)) is not None]
+            if len(matched) < 2:
+                continue
+            x = [z3.Int(f"bare{self.count}_{ri}_{n}") for n in range(len(keys))]
+            at = [_member_at(m, keys, x, f"bare{i}") for i, m in enumerate(matched)]
+            pairs = [z3.And(at[a][0], at[b][0]) for a in range(len(at)) for b in range(a + 1, len(at))]
+            self._twice(trace, st, keys, x, pairs, base, names, "adds some {} coordinate twice (two added "
+                        "terms read it)")
+
+    def _twice(self, trace, st, keys, x, pairs, base, names, what: str) -> None:
+        label = ", ".join(f"{t}[{p}]" for t, p, _v in keys)
+        trace.obligations.append(Obligation(
+            "accumulation-coverage", st.span, f"the stored {self.output} element {what.format(label)}",
+            z3.Or(*pairs), base, {**names, **{f"{t}[{p}]": xv for (t, p, _v), xv in zip(keys, x)}}, st.step,
+            extra={"kind": "twice"}))
 
     def _pairing(self, r: T.Red, keys, matched, tag: str, summed: frozenset = frozenset()) -> dict:
         """Each kernel member sums the product the reference sums at the same index: the inputs a member
@@ -422,6 +473,7 @@ class ReferenceContract:
             chains = T.sum_chains(ker, top_only=True)
         except T.OpaqueTerm:
             return
+        self._summed_twice(trace, st, ker, sums, base, names)
         # accumulators added together (split accumulators acc0 + acc1) share one reference sum; others
         # (a numerator and its denominator) are summed separately
         for group in chain_groups(ker, chains):
@@ -479,12 +531,7 @@ class ReferenceContract:
                 phantoms.extend(_phantoms(matched, keys, f"{self.count}_{ri}"))
                 if not pairs:
                     continue
-                label = ", ".join(f"{t}[{p}]" for t, p, _v in keys)
-                trace.obligations.append(Obligation(
-                    "accumulation-coverage", st.span,
-                    f"the stored {self.output} element sums some {label} coordinates more than once",
-                    z3.Or(*pairs), base, {**names, **{f"{t}[{p}]": xv for (t, p, _v), xv in zip(keys, x)}}, st.step,
-                    extra={"kind": "twice"}))
+                self._twice(trace, st, keys, x, pairs, base, names, "sums some {} coordinates more than once")
             if phantoms:
                 # "live" is structural (a zero fill times a 0/1 float mask is live but zero): a claim the
                 # interpreter must reproduce, else unknown

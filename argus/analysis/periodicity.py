@@ -34,6 +34,10 @@ class LoopShape:
     cap: int  # trip counts 0..cap are explored
     ok: bool  # larger trip counts are covered by the certificate
     why: str = ""
+    # the stored data's checks (reference footprint, NaN): larger trip counts covered for them too (a
+    # mask against a constant too far to explore leaves only those unknown; see mask_cap)
+    data_ok: bool = True
+    data_why: str = ""
 
 
 def _uses(e, names: set[str]) -> bool:
@@ -154,13 +158,108 @@ def shape(loop: ir.For, before: dict[str, ir.Expr], ring_lets: frozenset[str] | 
     period = _period(loop.body, ring_lets or frozenset(), ring_ids)
     cap = 2 * period + 2
     ok, why, need = certify(loop, before, ring_lets or frozenset(), ring_ids, period)
+    mask_need, mask_why = mask_cap(loop, before, period)
+    data_ok = mask_need <= MASK_CAP_LIMIT
+    if mask_need and data_ok:
+        need = max(need, mask_need)
     for t in block_strides(loop, before):
         c = _const_bound(loop.stop, before)
         if c is None or c > t:  # may run into the next block's region: explore past it
             need = max(need, t + period + 2)
         elif c < t:  # stops short of the next block's region: a gap shows only at the largest trip counts
             need = max(need, c + period + 2)
-    return LoopShape(max(cap, need), ok, why)
+    return LoopShape(max(cap, need), ok, why, data_ok, "" if data_ok else mask_why)
+
+
+MASK_CAP_LIMIT = 16  # the most trip counts a mask against a constant may ask to be explored
+
+
+def mask_cap(loop: ir.For, before: dict[str, ir.Expr], period: int) -> tuple[int, str]:
+    """Trip counts a tile mask in the loop needs explored: case (d) lets masks vary freely because their
+    values never become addresses or tags, but the checks of the stored data (its reference footprint,
+    NaN from a row masked entirely) see them. A comparison of positions that move with the step against
+    a constant (`qpos - kpos < WINDOW`, a sliding window) changes its outcome only once the positions
+    have moved by about that constant: a trip count fixes the dims' relations, so the shorter explored
+    loops (cap 4) never reach the window's edge (an off-by-one window of 256 keys verified). The cap is
+    raised to (constant + the mask's extent) / positions per step + period + 2."""
+    env = dict(before)
+    for x in walk(loop.body):
+        if isinstance(x, ir.Let):
+            env.setdefault(x.name, x.value)
+    need, why = 0, ""
+    for x in walk(loop.body):
+        if not (isinstance(x, ir.Cmp) and isinstance(x.type, TileT)):
+            continue
+        consts = [abs(c) for c in (*_top_consts(x.a), *_top_consts(x.b))]
+        if not consts or not max(consts):
+            continue
+        moving = {c for e in (x.a, x.b) for c in _k_coefs(e, env, loop.var)} - {0}
+        if not moving:
+            continue  # no position moves with the step
+        # a position that moves but not affinely in the step: assume the slowest motion, one per step
+        stride = 1 if None in moving else min(abs(c) for c in moving)
+        extent = sum(d for d in x.type.shape if isinstance(d, int))
+        n = (max(consts) + extent) // stride + period + 2
+        if n > need:
+            need, why = n, (f"a mask compares positions that move {stride} per step with the constant "
+                            f"{max(consts)}: trip counts up to {n} would be needed to reach its edge")
+    return need, why
+
+
+def _top_consts(e) -> list[int]:
+    """Integer constants added to a comparison's side (`x < 256`, `x - 255 > 0`)."""
+    if isinstance(e, ir.Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
+        return [e.value]
+    if isinstance(e, ir.Bin) and e.op in ("+", "-"):
+        return [*_top_consts(e.a), *_top_consts(e.b)]
+    return []
+
+
+def _k_coefs(e, env: dict[str, ir.Expr], var: str, depth: int = 0) -> set:
+    """The step coefficients of the scalar positions inside tile expression `e` (following lets): 0 where a
+    scalar does not move with the step, None where it moves but not affinely."""
+    if depth > 20:
+        return {None}
+    if not isinstance(e, ir.Expr):
+        return set()
+    if not isinstance(e.type, TileT):
+        return {_k_coef(e, env, var)}
+    if isinstance(e, ir.Var):
+        return _k_coefs(env[e.name], env, var, depth + 1) if e.name in env else set()
+    out: set = set()
+    for f in e.__dataclass_fields__:
+        if f in ("span", "type"):
+            continue
+        v = getattr(e, f)
+        for y in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(y, ir.Expr):
+                out |= _k_coefs(y, env, var, depth + 1)
+    return {c for c in out if c != 0} or ({0} if 0 in out else set())
+
+
+def _k_coef(e, env: dict[str, ir.Expr], var: str, depth: int = 0):
+    """The coefficient of the loop variable in scalar `e` (0 if it does not depend on it), None if not affine."""
+    if depth > 20:
+        return None
+    if isinstance(e, ir.Var):
+        if e.name == var:
+            return 1
+        return _k_coef(env[e.name], env, var, depth + 1) if e.name in env else 0
+    if isinstance(e, ir.Bin) and e.op in ("+", "-"):
+        a, b = _k_coef(e.a, env, var, depth + 1), _k_coef(e.b, env, var, depth + 1)
+        return None if a is None or b is None else (a + b if e.op == "+" else a - b)
+    if isinstance(e, ir.Bin) and e.op == "*":
+        a, b = _k_coef(e.a, env, var, depth + 1), _k_coef(e.b, env, var, depth + 1)
+        if a == 0 and b == 0:
+            return 0
+        for c, other in ((a, e.b), (b, e.a)):
+            if c and isinstance(other, ir.Const) and isinstance(other.value, int):
+                return c * other.value
+        return None
+    moving = any(isinstance(y, ir.Var) and (y.name == var or (y.name in env and
+                                                               _k_coef(env[y.name], env, var, depth + 1) != 0))
+                 for y in walk(e) if y is not e)
+    return None if moving else 0
 
 
 def _block_form(e, env: dict[str, ir.Expr], loop_var: str, depth: int = 0) -> Affine | None:

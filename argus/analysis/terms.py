@@ -143,6 +143,7 @@ class Lit(Term):
 class Op(Term):
     fn: str = ""
     args: tuple = ()
+    rel: str = ""  # a comparison's relation ("cmp" only): a comparison with -inf is decided by a flag
 
 
 @dataclass(frozen=True, eq=False)
@@ -230,9 +231,8 @@ def cmp(rel: str, a: Term, b: Term) -> Term:
     """A comparison of data as a 0/1 value: structurally 0 (false) where both sides are structural zeros
     and the relation is strict (a masked tail compared with 0: `x > 0` reads 0 > 0), else data."""
     t = op("cmp", a, b)
-    if rel in ("<", ">", "!="):
-        return Op(fn="cmp", args=t.args, zero=b_and(a.zero, b.zero), minf=False, uninit=t.uninit)
-    return t
+    zero = b_and(a.zero, b.zero) if rel in ("<", ">", "!=") else t.zero
+    return Op(fn="cmp", args=t.args, zero=zero, minf=False, uninit=t.uninit, rel=rel)
 
 
 def sel(cond: Bool, a: Term, b: Term) -> Term:

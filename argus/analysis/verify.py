@@ -20,6 +20,9 @@ from argus.analysis.symbolic import Unsupported
 from argus.ir import nodes as ir
 from argus.ir.transform import walk
 
+# the checks of what is stored (its data flow against the reference, NaN): the ones a mask's values reach
+DATA_CODES = ("store-coordinates", "accumulation-coverage", "reference-footprint")
+
 
 def reference_contracts(kernel: ir.Kernel, contexts) -> dict:
     """Per output: the reference's data flow as the stores' contract, or the reason there is none (the
@@ -80,10 +83,15 @@ def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_re
         for span in tr.truncated:
             loop = loops.get(span)
             sh = shapes.get(id(loop)) if loop is not None else None
-            if sh is None or sh.ok or span in a.uncertified:
+            if sh is None or span in a.uncertified or span in a.data_uncertified:
                 continue
-            a.uncertified.append(span)
-            a.notes.append(f"{span.path}:{span.line}: trip counts above {sh.cap} not covered: {sh.why}")
+            if not sh.ok:
+                a.uncertified.append(span)
+                a.notes.append(f"{span.path}:{span.line}: trip counts above {sh.cap} not covered: {sh.why}")
+            elif not sh.data_ok:
+                a.data_uncertified.append(span)
+                a.notes.append(f"{span.path}:{span.line}: trip counts above {sh.cap} not covered for the stored "
+                               f"data: {sh.data_why}")
     by_code: dict[str, CheckResult] = {}
     rank = {VERIFIED: 0, UNKNOWN: 1, VIOLATED: 2}
     for mod in checks.ALL:
@@ -116,9 +124,9 @@ def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_re
             if blocked is not None and status == VERIFIED:
                 status = UNKNOWN
                 findings.append(Finding(code, UNKNOWN, blocked[0], blocked[1], invariant=CHECKS[code]))
-            elif a.uncertified and status == VERIFIED:
+            elif (a.uncertified or (a.data_uncertified and code in DATA_CODES)) and status == VERIFIED:
                 status = UNKNOWN
-                for span in a.uncertified:
+                for span in a.uncertified or a.data_uncertified:
                     why = next((n.split(": ", 1)[1] for n in a.notes if n.startswith(f"{span.path}:{span.line}:")),
                                "trip counts above the explored ones are not covered")
                     findings.append(Finding(code, UNKNOWN, f"not proved: {why}", span, invariant=CHECKS[code]))

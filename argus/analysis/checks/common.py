@@ -17,6 +17,8 @@ class Analysis:
     contexts: list[Context]
     notes: list[str] = field(default_factory=list)
     uncertified: list = field(default_factory=list)  # truncated loops without a periodicity certificate
+    # truncated loops certified except for the stored data's checks (a mask against a far constant)
+    data_uncertified: list = field(default_factory=list)
 
 
 def owner_of_accumulator(layout: ir.FragmentLayout | None, r: int, c: int) -> int | None:

@@ -9,7 +9,7 @@ import z3
 from argus.analysis import terms as T
 from argus.analysis.checks.common import Analysis, owner_of_accumulator
 from argus.analysis.findings import CHECKS, NO_ANSWER, UNKNOWN, VERIFIED, VIOLATED, Finding
-from argus.analysis.solve import check_batch, contract_breaks, counterexample, presolve, small_model
+from argus.analysis.solve import check_batch, contract_breaks, counterexample, presolve, shrunk_model, small_model
 from argus.ir.threads import copy_thread
 
 CODES = ["mma-contraction", "mma-accumulator", "store-coordinates", "accumulation-coverage", "reference-footprint",
@@ -54,6 +54,9 @@ def run(a: Analysis) -> dict[str, tuple]:
                 # a claim stands only if replay reproduces it: prefer a witness with every dim at least 2
                 # (at N = 1 a row's centred value is 0 and an extra tail term changes nothing)
                 m = small_model(trace, z3.And(_conj(ob), *[d >= 2 for d in ctx.dims.values()]), ctx)
+                if m is not None:
+                    m = shrunk_model(trace, z3.And(_conj(ob), *[d >= 2 for d in ctx.dims.values()]), ctx, m,
+                                     lambda dims: _too_large(a.kernel, dims))
             m = m or small_model(trace, _conj(ob), ctx)
             if m is not None and _m is not None and contract_breaks(m, ctx):
                 m = _m  # the small model ignores the contract's instances: keep the one that keeps them
@@ -74,6 +77,17 @@ def run(a: Analysis) -> dict[str, tuple]:
         out[code] = (status, findings)
         seconds[code] = seconds.get(code, 0.0) + time.perf_counter() - t0
     return {code: (st, f, seconds.get(code, 0.0)) for code, (st, f) in out.items()}
+
+
+def _too_large(kernel, dims: dict) -> bool:
+    """As replay's limit (argus.analysis.replay.MAX_ELEMENTS): larger dims are replayed at other ones."""
+    import math
+
+    sizes = [math.prod(dims.get(d, 1) if isinstance(d, str) else d for d in t.dims) for t in kernel.tensors]
+    return sum(sizes) > REPLAY_ELEMENTS
+
+
+REPLAY_ELEMENTS = 1 << 22
 
 
 def _over_contract(ob, ctx) -> bool:
