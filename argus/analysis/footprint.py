@@ -305,8 +305,9 @@ class ReferenceContract:
         -inf) unless the kernel masked it. The dependency comparison cannot see it (a zero fill depends
         on nothing). Only where the stored value is the max itself: inside arithmetic (exp(x - max)) the
         shift may cancel, as in a softmax, and the sums' own obligations apply."""
-        refs = [r for r in _stored_maxima(ref) if r.kind == "max"]
-        kers = [m for r in _stored_maxima(ker) if r.kind == "max" and r.vars for m in _max_members(r)]
+        # an argmax picks its index by the same maximum: a zero fill wins an all-negative row there too
+        refs = [r for r in _stored_maxima(ref) if r.kind in ("max", "argmax")]
+        kers = [m for r in _stored_maxima(ker) if r.kind in ("max", "argmax") and r.vars for m in _max_members(r)]
         if not refs or not kers:
             return
         if all(_at_least_zero(r.body) for r in refs):
@@ -893,7 +894,7 @@ def _stored_maxima(t: T.Term) -> list[T.Red]:
         if id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, T.Red) and x.kind in ("max", "min"):
+        if isinstance(x, T.Red) and x.kind in ("max", "min", "argmax"):
             out.append(x)
         elif isinstance(x, T.Op) and x.fn in ("max", "min"):
             todo.extend(x.args)
