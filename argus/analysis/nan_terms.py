@@ -59,10 +59,7 @@ class Flags:
         if isinstance(t, T.Op):
             a = t.args
             if t.fn == "select" and len(a) == 3:
-                c = self.truth(a[0])
-                if c is not None:
-                    return T.b_if(c, self.minf(a[1]), self.minf(a[2]))
-                return T.b_and(self.minf(a[1]), self.minf(a[2]))
+                return self._select("minf", a)
             ms = [self.minf(x) for x in a]
             if t.fn == "max":
                 return T.b_and(*ms)
@@ -86,10 +83,7 @@ class Flags:
         if isinstance(t, T.Op):
             a = t.args
             if t.fn == "select" and len(a) == 3:
-                c = self.truth(a[0])
-                if c is not None:
-                    return T.b_if(c, self.zero(a[1]), self.zero(a[2]))
-                return T.b_and(self.zero(a[1]), self.zero(a[2]))
+                return self._select("zero", a)
             if t.fn in ("exp", "exp2"):
                 return self.minf(a[0])
             zs = [self.zero(x) for x in a]
@@ -113,10 +107,7 @@ class Flags:
         if isinstance(t, T.Op):
             a = t.args
             if t.fn == "select" and len(a) == 3:
-                c = self.truth(a[0])
-                if c is not None:
-                    return T.b_if(c, self.nan(a[1]), self.nan(a[2]))
-                return T.b_or(self.nan(a[1]), self.nan(a[2]))
+                return self._select("nan", a)
             own = T.b_or(*[self.nan(x) for x in a])
             if t.fn == "-" and len(a) == 2:
                 own = T.b_or(own, T.b_and(self.minf(a[0]), self.minf(a[1])))
@@ -127,6 +118,15 @@ class Flags:
                 own = T.b_or(own, T.b_and(self.minf(a[0]), self.minf(a[1])))
             return own
         return False
+
+    def _select(self, kind: str, a: tuple):
+        """select(c, x, y) on data: by c's truth where it compares with -inf, else either side (NaN, a
+        possible flag) or both (-inf, zero: a flag that must hold)."""
+        x, y = self._get(kind, a[1]), self._get(kind, a[2])
+        c = self.truth(a[0])
+        if c is not None:
+            return T.b_if(c, x, y)
+        return T.b_or(x, y) if kind == "nan" else T.b_and(x, y)
 
     def truth(self, c: T.Term):
         """A comparison's truth where one side is the -inf literal (decided by the other's -inf flag)."""
