@@ -74,13 +74,19 @@ class Variant:
     codegen: dict = field(default_factory=dict)  # code generator options (argus.codegen.compile.build)
     file: str = FA_FILE
     kernel: str | None = None  # which kernel of the file (default: its first)
+    auto: bool = False  # per config, the kernel the file's `specialize` routes pick (as argus.load(file)(...) runs)
 
 
+R240 = {"PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
 VARIANTS = [
     Variant("default", "flash_attention.arg defaults: BQ=256 (4 warpgroups) for D=128 and 128 (2) for D=64, "
             "BKV=64 (D=128) / 128 (D=64), 2 stages, wgmma"),
     Variant("ws", "flash_attention_ws.arg: TMA producer warpgroup, 2 consumer warpgroups (BQ=128), BKV=128, K/V ring "
-            "of 2 stages (3 causal, 4 at D=64); derived by argus tune", file="examples/flash_attention_ws.arg"),
+            "of 2 stages (3 causal, 4 at D=64), setmaxnreg 24 / 240; derived by argus tune",
+            file="examples/flash_attention_ws.arg"),
+    Variant("ws-auto", "flash_attention_ws.arg as `argus.load(...)(Q, K, V, O, LSE)` runs it: the kernel its "
+            "`specialize` routes pick per shape (named beside B, H, HKV)", file="examples/flash_attention_ws.arg",
+            auto=True),
     Variant("ws-bkv64", "flash_attention_ws.arg BKV=64, 4 stages (its default before 2026-12-02)",
             {"BKV": 64, "STAGES": 4}, file="examples/flash_attention_ws.arg"),
     Variant("ws-direct", "flash_attention_ws.arg with O stored from registers to global (no TMA store)",
@@ -93,6 +99,20 @@ VARIANTS = [
             "then block j's softmax; tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg): the P·V wgmma stays in "
             "flight under the softmax (codegen/held_release.py)",
             file="tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg"),
+    # setmaxnreg split: the producer at the 24-register minimum leaves each consumer 240 (ptxas at D=128: the FA3
+    # order spills 76 B at 232, 12 B at 240; the literal order spills at neither)
+    Variant("ws-r240", "flash_attention_ws.arg with producer 24 / consumers 240 registers",
+            R240, file="examples/flash_attention_ws.arg"),
+    Variant("ws-fa3-r240", "ws-fa3 with producer 24 / consumers 240 registers", R240,
+            file="tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg"),
+    Variant("ws-fa3-s3-r240", "ws-fa3, 3 stages, producer 24 / consumers 240 registers", {**R240, "STAGES": 3},
+            file="tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg"),
+    Variant("ws-fa3-bf16-r240", "ws-fa3-bf16 with producer 24 / consumers 240 registers", R240,
+            file="tests/analysis/corpus/correct/fa_ws_pipelined_pv_bf16.arg"),
+    Variant("persist-r240", "flash_attention_ws_persistent with producer 24 / consumers 240 registers", R240,
+            file="examples/flash_attention_ws.arg", kernel="flash_attention_ws_persistent"),
+    Variant("persist-fa3", "the persistent kernel in FA3's order (QK j, P·V j-1, softmax j), 3 stages (2 at D=256), "
+            "producer 24 / consumers 240 registers", file="benchmarks/probes/attention/fa_persistent_fa3.arg"),
     Variant("ws-fa3-s3", "ws-fa3 with 3 stages at every causality (the stage held for P·V leaves a 2-stage ring "
             "no room to prefetch)", {"STAGES": 3}, file="tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg"),
     Variant("ws-fa3-bf16", "ws-fa3 with P carried to the next step in bf16 (fa_ws_pipelined_pv_bf16.arg)",
@@ -150,10 +170,22 @@ def _build(params: dict, codegen: dict, file: str = FA_FILE, kernel: str | None 
     return build(argus.load(ROOT / file, kernel, **params).lower(), arch=detect_arch(0), **codegen)
 
 
-def _load(v: Variant, hd: int, causal: bool, group: int = 1):
+def _load(v: Variant, hd: int, causal: bool, group: int = 1, dims: dict[str, int] | None = None):
+    """The variant built for this GPU and loaded; an `auto` variant with the route its file picks for `dims`."""
+    import argus
+    from argus.codegen.compile import build
+    from argus.codegen.nvrtc import detect_arch
     from argus.runtime.launch import GpuKernel
 
-    return GpuKernel(_build({**v.params, "HD": hd, "CAUSAL": causal, "GROUP": group}, v.codegen, v.file, v.kernel), 0)
+    params = {**v.params, "HD": hd, "CAUSAL": causal, "GROUP": group}
+    if not (v.auto and dims):
+        return GpuKernel(_build(params, v.codegen, v.file, v.kernel), 0)
+    k = argus.load(ROOT / v.file, v.kernel, **params).specialized(dims)
+    return GpuKernel(build(k.lower(), arch=detect_arch(0), **v.codegen), 0)
+
+
+def _dims(b: int, h: int, hkv: int, sq: int, skv: int, d: int) -> dict[str, int]:
+    return {"B": b, "H": h, "HKV": hkv, "SQ": sq, "SKV": skv, "D": d}
 
 
 def _warm(job: tuple[dict, dict, str, str | None]) -> str:
@@ -185,8 +217,8 @@ def child_check(key: str) -> int:
     v = next(x for x in VARIANTS if x.key == key)
     ok = True
     for hd, causal, group, b, hkv, sq, skv in CHECKS:
-        gk = _load(v, hd, causal, group)
-        dims = {"B": b, "H": hkv * group, "HKV": hkv, "SQ": sq, "SKV": skv, "D": hd}
+        dims = _dims(b, hkv * group, hkv, sq, skv, hd)
+        gk = _load(v, hd, causal, group, dims)
         checks, _ = check_on_gpu(gk, dims, seed=sq + skv)
         for c in checks:
             print(f"[{key}] D={hd} causal={causal} group={group} {b}x{hkv * group}x{sq}x{skv}: "
@@ -246,7 +278,7 @@ def run(variants: list[Variant], configs, iters: int) -> dict:
     bf16 = DTYPES["bf16"]
     backends = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
     out = {"env": env, "variants": {}, "rows": []}
-    kernels = {}
+    kernels, routes = {}, {}
     for v in variants:
         out["variants"][v.key] = {"title": v.title, "params": {**v.params, **v.codegen}, "resources": {},
                                   "file": v.file}
@@ -268,6 +300,12 @@ def run(variants: list[Variant], configs, iters: int) -> dict:
         pairs = [(0, 0), (b - 1, h - 1)]
         heads = reference_heads(q, k, v_, causal, pairs)
         ref, ref_lse = np.stack([o for o, _ in heads]), np.stack([x for _, x in heads])
+        for v in variants:
+            if v.auto:  # the route argus.load(file)(...) takes at these dims
+                gk = kernels[v.key, d, causal, group] = _load(v, d, causal, group, _dims(b, h, hkv, s, s, d))
+                routes[v.key, s, d, causal, b, h, hkv] = gk.built.kernel.name
+                print(f"[{v.key}] S={s} D={d} causal={causal}: {gk.built.kernel.name}: "
+                      + "; ".join(r.summary() for r in gk.built.resources.values()), flush=True)
 
         def check(o, pairs=pairs, ref=ref) -> object:
             return compare("O", torch.stack([o[bb, hh] for bb, hh in pairs]).float().cpu().numpy(), ref, bf16)
@@ -313,6 +351,7 @@ def run(variants: list[Variant], configs, iters: int) -> dict:
         for v in variants:
             chk = checks[v.key]
             row = {"variant": v.key, "S": s, "D": d, "causal": causal, "B": b, "H": h, "HKV": hkv,
+                   "kernel": routes.get((v.key, s, d, causal, b, h, hkv)),
                    "ok": accepted(chk, base_checks.values()) and lse_checks[v.key].ok, "strict_ok": chk.ok,
                    "lse_ok": lse_checks[v.key].ok, "lse_rel_error": lse_checks[v.key].rel_error,
                    "rel_error": chk.rel_error, "wrong": chk.bad, "nonfinite": chk.nonfinite,
@@ -362,8 +401,9 @@ def markdown(res: dict, iters: int) -> str:
         for r in res["rows"]:
             if r["variant"] != key:
                 continue
+            routed = f" ({r['kernel']})" if r.get("kernel") else ""
             head = (f"| {r['S']} | {r['D']} | {'yes' if r['causal'] else 'no'} | "
-                    f"{r['B']}, {r['H']}, {r.get('HKV', r['H'])} |")
+                    f"{r['B']}, {r['H']}, {r.get('HKV', r['H'])}{routed} |")
             if "tflops" in r:
                 ok = "yes" if r["strict_ok"] else f"as libs ({r['wrong']} el.)*" if r["ok"] else "NO"
                 lines.append(f"{head} {r['tflops']:.1f} | {r['cudnn_tflops']:.1f} | {r['flash_tflops']:.1f} | "

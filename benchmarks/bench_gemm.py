@@ -120,6 +120,14 @@ VARIANTS = [
             "B [N, K], per-tensor scales, bf16 out (TMA + wgmma k32, warp-specialised, persistent, 128x256x128 "
             "bytes, 4 stages; its `specialize` lines: split-K layer for a long K, swapped operands for few rows, "
             "64x64 tiles for few tiles)", "examples/gemm_fp8.arg", layout="NT", dtype="e4m3", auto=True, entry=True),
+    # two-level accumulation (benchmarks/probes/gemm_fp8_promote.arg): each stage's products in the wgmma's own
+    # accumulator, stages summed in fp32, as torch._scaled_mm's default; BN=128 (two fp32 tiles per thread)
+    Variant("fp8-promote", "gemm_fp8 with two-level accumulation, 128x128x128 bytes, 4 stages",
+            "benchmarks/probes/gemm_fp8_promote.arg", layout="NT", dtype="e4m3"),
+    Variant("fp8-promote-s6", "fp8-promote with 6 stages", "benchmarks/probes/gemm_fp8_promote.arg",
+            {"STAGES": 6}, layout="NT", dtype="e4m3"),
+    Variant("fp8-128", "gemm_fp8 (one accumulator) at 128x128x128 bytes, 6 stages", "examples/gemm_fp8.arg",
+            {"BN": 128, "STAGES": 6}, layout="NT", dtype="e4m3"),
     Variant("fp8-direct", "gemm_fp8 with its default tiles on every shape (no routes)", "examples/gemm_fp8.arg",
             layout="NT", dtype="e4m3"),
     Variant("fp8-decode", "gemm_fp8_decode: few rows, operands' roles swapped (BT=16, BK=256 bytes, 10 stages)",

@@ -22,7 +22,7 @@ MAX_ELEMENTS = 1 << 22  # replay only shapes the interpreter runs in seconds
 
 HAZARD_CODES = {"race": {"race"}, "async-overwrite": {"async-overwrite", "race", "async-read-before-wait"},
                 "output-written-twice": {"output-written-twice"},
-                "async-read-before-wait": {"async-read-before-wait"}}
+                "async-read-before-wait": {"async-read-before-wait"}, "uninitialized-read": {"uninitialized-read"}}
 
 
 def _emphasise(kernel: ir.Kernel, arrays: dict[str, np.ndarray], values: dict[str, object],

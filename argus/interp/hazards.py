@@ -19,7 +19,7 @@ from argus.ir.threads import MULTI, NONE
 
 @dataclass(frozen=True)
 class ObservedHazard:
-    code: str  # "race" | "async-read-before-wait" | "async-overwrite" | "output-written-twice"
+    code: str  # "race" | "async-read-before-wait" | "async-overwrite" | "uninitialized-read" | "output-written-twice"
     buffer: str
     element: tuple[int, ...]
     first_thread: int  # the earlier access (MULTI: several threads)
@@ -36,6 +36,8 @@ class ObservedHazard:
         a = t.get(self.first_thread, f"thread {self.first_thread}")
         b = t.get(self.second_thread, f"thread {self.second_thread}")
         el = f"{self.buffer}[{', '.join(map(str, self.element))}]"
+        if self.code == "uninitialized-read":
+            return f"{el}: read before any copy has written it, by {b} (block {self.block})"
         what = {"race": "unordered accesses (no barrier between)",
                 "async-read-before-wait": "read while an async copy into it is still in flight",
                 "async-overwrite": "async copy issued into it while it is still being read"}[self.code]
@@ -93,6 +95,10 @@ class Shadow:
         inflight = b.inflight[idx]
         self._report("async-read-before-wait", name, idx, inflight, b.inflight_span[idx] * 0 + NONE,
                      readers, b.inflight_span[idx], span)
+        # every copy writes its whole destination (TMA and masked copies write their zero fill), so an
+        # element no copy has written holds whatever the block's shared memory held before: garbage
+        never = (b.w_epoch[idx] == -1) & ~inflight
+        self._report("uninitialized-read", name, idx, never, b.w_thread[idx], readers, b.w_span[idx], span)
         w_t, w_e = b.w_thread[idx], b.w_epoch[idx]
         raw = (w_e == epoch) & (w_t != NONE) & ((readers == MULTI) | (w_t != readers))
         self._report("race", name, idx, raw & ~inflight, w_t, readers, b.w_span[idx], span)

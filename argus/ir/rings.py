@@ -27,6 +27,10 @@ class RingPlan:
     # block q - 1 is issued after the QK of block q) and its code after the loop releases the last one
     lag: int = 0
     post_release: ir.Arrive | None = None  # that release after the loop
+    # the top-level `if` (no else) the tail sits in, when it has one: `if n_kv > 0:` -- a causal block past
+    # every key runs no step and holds no stage. The verifier explores its condition as any branch (a path
+    # that ran steps and skips the tail keeps its last stage: the "never releases" obligation)
+    post_guard: ir.If | None = None
     # a second ring at tile granularity (persistent nests only): the producer fills `buffers` once per
     # tile before its steps (a TMA load of the tile's Q), the consumer waits for it before its steps and
     # releases it after them; its position is the block's tile count instead of its step count
@@ -55,6 +59,13 @@ def role_nest(role: ir.Role):
     return pre, None, (), loop, (), post
 
 
+def _after(post: tuple, release: ir.Arrive, guard: ir.If | None) -> tuple:
+    """The consumer's statements after its last release (in the guard, then after it)."""
+    if guard is None:
+        return post[post.index(release) + 1:]
+    return guard.then[guard.then.index(release) + 1:] + post[post.index(guard) + 1:]
+
+
 def ring_plan(roles: tuple[ir.Role, ...], barriers: dict[str, ir.AllocBarrier]) -> RingPlan | str:
     """The ring of a producer/consumer role pair, or the reason the roles are not one."""
     kinds = sorted(r.kind for r in roles)
@@ -81,17 +92,25 @@ def ring_plan(roles: tuple[ir.Role, ...], barriers: dict[str, ir.AllocBarrier]) 
     empty = pwaits[0].barrier.name
     if empty == full or full not in barriers or empty not in barriers:
         return "the producer waits on the barrier its copies complete"
-    lag, post_release = 0, None
+    lag, post_release, post_guard = 0, None, None
     ring_ops = [s for s in walk(nc[5]) if isinstance(s, MBAR_OPS) and s.barrier.name in (full, empty)]
     if ring_ops:
         # the consumer holds two stages at a time: step q reads stages q and q - 1 and releases q - 1;
         # the last step's stage is read and released after the loop (one top-level arrive there)
-        tops = [s for s in nc[5] if isinstance(s, ir.Arrive) and s.barrier.name == empty]
+        def releases(body) -> list:
+            return [s for s in body if isinstance(s, ir.Arrive) and s.barrier.name == empty]
+
+        tops = releases(nc[5])
+        guards = [s for s in nc[5] if isinstance(s, ir.If) and not s.orelse and releases(s.then)]
+        if not tops and len(guards) == 1:
+            post_guard = guards[0]
+            tops = releases(post_guard.then)
         if nc[1] is not None:
             return "the consumer releases a stage after its step loop inside a persistent tile loop"
         if len(ring_ops) != 1 or len(tops) != 1:
             return (f"after its step loop the consumer may only release the last step's stage, once "
-                    f"(one arrive on '{empty}', not inside a branch or loop)")
+                    f"(one arrive on '{empty}', at the top level or in one `if` without else there, not "
+                    f"in a loop)")
         lag, post_release = 1, tops[0]
     tile = None
     if np_[1] is not None and any(isinstance(s, MBAR_OPS) for nest in (np_, nc) for part in (nest[2], nest[4])
@@ -116,7 +135,7 @@ def ring_plan(roles: tuple[ir.Role, ...], barriers: dict[str, ir.AllocBarrier]) 
     buffers = frozenset(c.dst.base for c in copies)
     for role, nest in ((prod, np_), (cons, nc)):
         # the consumer's code after the loop may read the last stage before it releases it
-        post = nest[5] if post_release is None or role is prod else nest[5][nest[5].index(post_release) + 1:]
+        post = nest[5] if post_release is None or role is prod else _after(nest[5], post_release, post_guard)
         for part in (nest[0], nest[2], nest[4], post):
             for x in walk(part):
                 if isinstance(x, ir.Ref) and x.space == "shared" and x.base in buffers:
@@ -131,7 +150,7 @@ def ring_plan(roles: tuple[ir.Role, ...], barriers: dict[str, ir.AllocBarrier]) 
     if tile is not None and tile.buffers & buffers:
         return "a buffer is filled both per step and per tile"
     plan = RingPlan(prod, cons, full, empty, S, buffers, np_[1] is not None, lag=lag, post_release=post_release,
-                    tile=tile)
+                    post_guard=post_guard, tile=tile)
     for role, step in ((prod, pstep), (cons, cstep)):
         for x in walk(step.body):
             if isinstance(x, (ir.Arrive, ir.ExpectTx, ir.WaitBarrier)) and x.barrier.name not in (full, empty):

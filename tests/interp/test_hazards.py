@@ -38,6 +38,16 @@ def test_missing_trailing_barrier_is_an_overwrite():
     assert {h.code for h in observe(src)} == {"async-overwrite"}
 
 
+def test_reading_shared_memory_no_copy_wrote_is_observed():
+    """B copied into stage 0 of a 2-stage buffer while the mma reads stage k % 2: the read of stage 1 sees
+    whatever the block's shared memory held (the interpreter's NaN), reported with the element."""
+    src = manual("wait_async(a_s, b_s)").replace("b_s = shared(bf16[BK, BN])", "b_s = shared(bf16[2, BK, BN])")
+    src = src.replace("copy_async(b_s, B", "copy_async(b_s[0], B").replace("mma(a_s, b_s,", "mma(a_s, b_s[k % 2],")
+    hz = [h for h in observe(src) if h.code == "uninitialized-read"]
+    assert hz and hz[0].buffer == "b_s" and hz[0].element[0] == 1 and "before any copy" in hz[0].describe()
+    assert not [h for h in observe(manual("wait_async(a_s, b_s)")) if h.code == "uninitialized-read"]
+
+
 def test_double_store_is_observed():
     line = "    store(C[bm * BM : +BM, bn * BN : +BN], cast(acc, bf16))"
     src = manual("wait_async(a_s, b_s)").replace(line, line + "\n" + line)

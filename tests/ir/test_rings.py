@@ -32,11 +32,17 @@ def test_the_literal_ring_holds_one_stage() -> None:
     assert plan is not None and plan.lag == 0
 
 
-def test_a_release_after_the_loop_in_a_branch_or_twice_is_refused() -> None:
-    branch = SRC.replace(POST, "        if ksteps > 0:\n    " + POST)
-    assert "once" in _plan(branch)
-    twice = SRC.replace(POST, POST + POST)
-    assert "once" in _plan(twice)
+def test_a_release_after_the_loop_under_one_guard_is_a_plan() -> None:
+    """`if n > 0:` around the tail (a run of no step holds no stage): the verifier explores the guard."""
+    plan = _plan(SRC.replace(POST, "        if ksteps > 0:\n    " + POST))
+    assert not isinstance(plan, str) and plan.post_guard is not None and plan.post_release is not None
+
+
+def test_a_release_after_the_loop_twice_or_in_an_else_is_refused() -> None:
+    assert "once" in _plan(SRC.replace(POST, POST + POST))
+    assert "once" in _plan(SRC.replace(POST, "        if ksteps > 0:\n    " + POST + "    " + POST))
+    with_else = SRC.replace(POST, "        if ksteps > 0:\n    " + POST + "        else:\n    " + POST)
+    assert "once" in _plan(with_else)
 
 
 def test_reading_the_ring_after_the_last_release_is_refused() -> None:

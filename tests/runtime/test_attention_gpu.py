@@ -22,9 +22,9 @@ from tests.runtime.test_driver_gpu import ARCH, gpu  # noqa: E402
 FA = EXAMPLES / "flash_attention.arg"
 WS = "flash_attention_ws.arg"  # a case whose params carry FILE=WS builds that example instead
 PERSIST = "flash_attention_ws_persistent"  # KERNEL=...: that kernel of the file
-# FlashAttention-3's order (a ring consumer holding two stages; codegen/held_release.py). A causal block
-# with no key (SQ > SKV) would read and release a stage after a loop of no step: the verifier flags it
-# there, so its cases keep SQ <= SKV + BQ
+# FlashAttention-3's order (a ring consumer holding two stages; codegen/held_release.py); its last P·V is
+# guarded by n_kv > 0 since 2026-12-06 (a causal block with no key read and released an unfilled stage)
+FA3E = "flash_attention_ws_fa3"  # the same order in examples/flash_attention_ws.arg (its route past 8k queries)
 FA3 = "../tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg"
 FA3B = "../tests/analysis/corpus/correct/fa_ws_pipelined_pv_bf16.arg"
 
@@ -60,6 +60,11 @@ CASES = [
     ({"FILE": FA3, "HD": 128, "BKV": 64, "STAGES": 2, "CAUSAL": True, "GROUP": 4}, (2, 1, 129, 1000)),
     ({"FILE": FA3, "HD": 64, "CAUSAL": True}, (1, 2, 333, 517)),
     ({"FILE": FA3B, "HD": 128, "BKV": 64, "STAGES": 4}, (1, 2, 200, 333)),
+    ({"FILE": FA3, "HD": 64, "GROUP": 4, "CAUSAL": True}, (1, 1, 333, 200)),  # SQ > SKV: blocks with no key
+    ({"FILE": WS, "KERNEL": FA3E, "HD": 128}, (1, 2, 200, 333)),
+    ({"FILE": WS, "KERNEL": FA3E, "HD": 128, "CAUSAL": True, "GROUP": 4}, (2, 1, 129, 1000)),
+    ({"FILE": WS, "KERNEL": FA3E, "HD": 128, "CAUSAL": True}, (1, 2, 333, 200)),
+    ({"FILE": WS, "KERNEL": FA3E, "HD": 64, "CAUSAL": True}, (1, 2, 333, 517)),
 ]
 
 
@@ -108,8 +113,19 @@ def test_flash_attention_on_gpu(case) -> None:
             assert c.ok, f"{_id(case)} seed {seed}: {c.describe()}"
 
 
-def test_flash_attention_ws_routes_up_to_8k_queries_to_its_persistent_kernel() -> None:
+def test_flash_attention_ws_routes_by_shape() -> None:
+    """Persistent for short sequences and non-causal D >= 128 up to 8k queries, FA3's order past 8k at D=128,
+    else the first kernel (examples/flash_attention_ws.arg, the measured rule in its comment)."""
     import argus
+
+    def name(sq: int, hd: int, causal: bool) -> str:
+        dims = {"B": 1, "H": 2, "HKV": 2, "D": hd, "SKV": sq, "SQ": sq}
+        return argus.load(EXAMPLES / WS, HD=hd, CAUSAL=causal).specialized(dims).name
+
+    assert name(512, 128, True) == name(1024, 64, False) == PERSIST
+    assert name(4096, 128, False) == name(8192, 256, False) == PERSIST
+    assert name(4096, 128, True) == name(4096, 64, False) == name(16384, 64, False) == "flash_attention_ws"
+    assert name(16384, 128, False) == name(8200, 128, True) == FA3E
 
     k = argus.load(EXAMPLES / WS, HD=64, CAUSAL=True)  # params the reference reads go with the route
     dims = {"B": 1, "H": 2, "HKV": 2, "D": 64, "SKV": 517}
