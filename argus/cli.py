@@ -246,11 +246,46 @@ def _check_one(args, src, defines: dict[str, object]) -> tuple[int, dict]:
     as Kernel.verify) checks the dims, declines loops too long to walk and turns a RecursionError into
     unknown; this whole command runs in the bounded child (see _bounded)."""
     from argus.dsl import ast
-    from argus.sources import load_source
-    from argus.specialize import route, specializations
 
     defines = src.defines(defines)
     params = {s.name for s in src.node.body if isinstance(s, ast.Param)}
+    code, rec = _check_routes(args, src, defines, params)
+    flags = _flags(src.node, defines)
+    if not flags:
+        return code, rec
+    codes, recs = [code], [rec]
+    for name, value in flags:
+        if args.format == "text":
+            print(f"{args.file}: kernel '{src.name}' with {name}={value!r} (a flag its reference reads: both values "
+                  "are checked; -D sets one)")
+        c, r = _check_routes(args, src, {**defines, name: value}, params)
+        codes.append(c)
+        recs.append({"flag": {name: value}, **r})
+    code = EXIT_ERROR if EXIT_ERROR in codes else EXIT_UNKNOWN if EXIT_UNKNOWN in codes else max(codes)
+    rec = {**recs[0], "flags": recs[1:]}
+    if code != codes[0]:
+        rec["status"] = {EXIT_ERROR: "violated", EXIT_UNKNOWN: "unknown"}.get(code, rec.get("status"))
+    return code, rec
+
+
+def _flags(node, defines: dict[str, object]) -> list[tuple[str, bool]]:
+    """The boolean params the kernel's reference reads (CAUSAL): each poses another problem with the same
+    arguments, which a caller picks with a keyword, so `argus check` verifies its other value too (one flag
+    flipped at a time), unless -D (or a .py decorator) sets it. A causal attention that verified at its
+    non-causal default read a stage no copy filled, or hung, when a query block saw no key (2026-12-06)."""
+    from argus.specialize import param_values, reference_params
+
+    values = param_values(node, defines)
+    return [(p, not values[p]) for p in sorted(reference_params(node))
+            if p not in defines and isinstance(values.get(p), bool)]
+
+
+def _check_routes(args, src, defines: dict[str, object], params: set[str]) -> tuple[int, dict]:
+    """One kernel with one set of params, and the `specialize` sets and routes it selects."""
+    from argus.dsl import ast
+    from argus.sources import load_source
+    from argus.specialize import route, specializations
+
     # every `specialize` param set is checked too, each for all dims (the runtime may pick any of them);
     # a route's kernel with the route's params (its arguments and reference shown equal first)
     variants: list = [(None, src, defines)]

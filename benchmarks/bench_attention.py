@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from benchlib import checked_variants, output_args, write_markdown  # noqa: E402
+from benchlib import checked_variants, output_args, pick_variant, write_markdown  # noqa: E402
 
 FA_FILE = "examples/flash_attention.arg"
 TOKENS, WIDTH = 16384, 2048
@@ -214,7 +214,7 @@ def child_check(key: str) -> int:
     """Correctness of one variant at small irregular shapes (run in a child process)."""
     from argus.runtime.bench import check_on_gpu
 
-    v = next(x for x in VARIANTS if x.key == key)
+    v = pick_variant(VARIANTS, key)
     ok = True
     for hd, causal, group, b, hkv, sq, skv in CHECKS:
         dims = _dims(b, hkv * group, hkv, sq, skv, hd)
@@ -431,7 +431,7 @@ def main() -> int:
     if args.child_check:
         return child_check(args.child_check)
     keys = [k for k in args.variants.split(",") if k]
-    variants = [v for v in VARIANTS if v.key in keys]
+    variants = [pick_variant(VARIANTS, k) for k in keys]  # KEY[P=V;P=V]: params on top of a variant (probes)
     configs = [parse_config(c) for c in args.configs.split(",") if c]
     prebuild(variants, configs)
     if not args.no_child_check:  # all children at once

@@ -15,7 +15,6 @@ argus.runtime.bench.time_interleaved). Ratios are cuBLAS time / Argus time from 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import subprocess
@@ -28,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from benchlib import checked_variants, output_args, write_markdown  # noqa: E402
+from benchlib import checked_variants, output_args, pick_variant, write_markdown  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (4096, 14336, 4096), (16384, 4096, 4096),
           (128, 4096, 4096), (16, 8192, 8192), (64, 8192, 8192), (16384, 16384, 64), (1000, 1000, 1000),
@@ -175,18 +174,7 @@ def operands(layout: str, M: int, N: int, K: int, gen=None, dtype: str = "bf16")
 
 
 def variant(key: str) -> Variant:
-    """A variant by key; `base[P=V;P=V]` (probes) is variant `base` with those params on top (ints, or
-    strings as written)."""
-    base, _, extra = key.partition("[")
-    v = next(x for x in VARIANTS if x.key == base)
-    if not extra:
-        return v
-    params = dict(v.params)
-    for item in extra.rstrip("]").split(";"):
-        name, _, value = item.partition("=")
-        params[name.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
-    return dataclasses.replace(v, key=key, title=f"{v.title} with {extra.rstrip(']').replace(';', ' ')}",
-                               params=params)
+    return pick_variant(VARIANTS, key)
 
 
 def child_check(key: str) -> int:

@@ -9,6 +9,7 @@ child process, so a faulting or hanging kernel costs only that variant.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
@@ -74,3 +75,21 @@ def output_args(ap: argparse.ArgumentParser, name: str, iters: int, child_check:
     if child_check:
         ap.add_argument("--no-child-check", action="store_true")
         ap.add_argument("--child-check", help=argparse.SUPPRESS)
+
+
+def pick_variant(variants: list, key: str):
+    """A variant by key; `base[P=V;P=V]` (probes) is variant `base` with those params on top (ints, True /
+    False, or strings as written)."""
+    base, _, extra = key.partition("[")
+    v = next(x for x in variants if x.key == base)
+    if not extra:
+        return v
+    params = dict(v.params)
+    for item in extra.rstrip("]").split(";"):
+        name, _, value = item.partition("=")
+        value = value.strip()
+        params[name.strip()] = int(value) if value.lstrip("-").isdigit() else \
+            {"True": True, "False": False}.get(value, value)
+    return dataclasses.replace(v, key=key, title=f"{v.title} with {extra.rstrip(']').replace(';', ' ')}",
+                               params=params)
+

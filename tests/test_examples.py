@@ -13,7 +13,7 @@ from tests.conftest import EXAMPLES
 # The kernels of examples/gemm*.arg, flash_attention.arg and moe.arg have their own verifier tests.
 FILES = ["softmax.arg", "rmsnorm.arg", "layernorm.arg", "transpose.arg", "rope.arg", "gemm_epilogue.arg",
          "bmm.arg", "gemm_fp8.arg", "decode_attention.arg",
-         "moe_route.arg", "flash_attention_ws.arg"]
+         "moe_route.arg", "flash_attention_ws.arg", "flash_attention_varlen.arg"]
 
 # (file, kernel) -> (check, what the verifier says): correct kernels the verifier does not prove yet
 KNOWN: dict = {}

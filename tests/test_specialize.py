@@ -156,6 +156,26 @@ def test_check_verifies_every_specialization(capsys) -> None:
     assert capsys.readouterr().out.count("verified (") == 1
 
 
+def test_check_verifies_both_values_of_a_flag_the_reference_reads(tmp_path, capsys) -> None:
+    """CAUSAL poses another problem a caller picks with a keyword: `argus check` verifies its other value too
+    (the FA3-order tail that read an unfilled stage, or hung, only at CAUSAL=True verified at the default)."""
+    corpus = EXAMPLES.parent / "tests" / "analysis" / "corpus"
+    fixed = (corpus / "correct" / "fa_ws_pipelined_pv.arg").read_text()
+    broken = (corpus / "broken" / "fa3_tail_past_every_key.arg").read_text()
+    broken = broken.replace("    param CAUSAL = True ", "    param CAUSAL = False")  # the bug only when causal
+    for name, text, want in (("fixed", fixed, 0), ("broken", broken, 1)):
+        path = tmp_path / f"{name}.arg"
+        path.write_text(text)
+        code = main(["check", str(path), "-D", "HD=64", "-D", "BKV=64", "--no-test", "--format", "json"])
+        rec = json.loads(capsys.readouterr().out)
+        assert code == want and [f["flag"] for f in rec["flags"]] == [{"CAUSAL": True}], rec.get("flags")
+        assert rec["flags"][0]["status"] == ("verified" if want == 0 else "violated")
+    # -D CAUSAL=... poses one problem: nothing else is checked
+    assert main(["check", str(tmp_path / "broken.arg"), "-D", "HD=64", "-D", "BKV=64", "-D", "CAUSAL=False",
+                 "--no-test"]) == 0
+    assert "a flag its reference reads" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.arg")), ids=lambda p: p.name)
 def test_check_reads_every_example_through_the_specialize_path(path, capsys) -> None:
     """`argus check` evaluates params for the specialize statements of every kernel (a default such as

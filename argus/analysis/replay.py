@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from argus.analysis.contract_inputs import data_tensors, solve_contents
+from argus.analysis.contract_inputs import contract_scalars, data_tensors, solve_contents
 from argus.analysis.findings import Finding, Replay
 from argus.dsl.diagnostics import ArgusError
 from argus.interp.machine import execute
@@ -90,12 +90,13 @@ def replay(kernel: ir.Kernel, defines: dict[str, object], f: Finding, seed: int 
     first = None
     # contents solved with the model's scalars fixed, as the interpreter runs them
     fixed = {**defines, **{k: v for k, v in cx.scalars.items() if isinstance(v, int)}}
-    for dims_i, metadata, note in _inputs(kernel, dims, fixed, cx, seed, contexts):
+    for dims_i, metadata, note, own in _inputs(kernel, dims, fixed, cx, seed, contexts, defines):
+        run_scalars = resolve_scalars(kernel, {**defines, **cx.scalars, **own}) if own else scalars
         # the emphasised element may push the output either way: try both signs before giving up
         for factor in (64.0, -64.0):
             blocked = False
             for reverse in (False, True):
-                got = _replay_once(kernel, dims_i, scalars, f, cx, seed, factor, metadata, reverse)
+                got = _replay_once(kernel, dims_i, run_scalars, f, cx, seed, factor, metadata, reverse)
                 if got.confirmed:
                     return Replay(True, got.summary + note) if note else got
                 first = first or got
@@ -123,13 +124,15 @@ def _small_dims(kernel: ir.Kernel, defines: dict, contexts) -> dict | None:
     return None
 
 
-def _inputs(kernel: ir.Kernel, dims: dict, defines: dict, cx, seed: int, contexts):
-    """(dims, integer tensor contents, note) to try in turn. Contents come from the kernel's contract:
-    with the counterexample's values pinned, then any (diverse) contents at its dims, then other valid
-    dims (the verifier instantiates quantified contracts only where a proof needs them, so its values
-    may break one elsewhere, and its dims may admit no contents at all)."""
+def _inputs(kernel: ir.Kernel, dims: dict, defines: dict, cx, seed: int, contexts, free: dict | None = None):
+    """(dims, integer tensor contents, note, integer scalars) to try in turn. Contents come from the kernel's
+    contract: with the counterexample's values pinned, then any (diverse) contents at its dims, then other
+    valid dims (the verifier instantiates quantified contracts only where a proof needs them, so its values
+    may break one elsewhere, and its dims may admit no contents at all). `defines` fixes the model's integer
+    scalars; where they admit no contents (a max_seqlen of 1 beside a long sequence), the contract chooses
+    them too (`free`: the defines without them), and the run takes those."""
     if not data_tensors(kernel):
-        yield dims, {}, ""
+        yield dims, {}, "", {}
         return
     pins = {k: v for k, v in cx.values.items() if "[" in k and isinstance(v, int)}
     tried = 0
@@ -137,17 +140,28 @@ def _inputs(kernel: ir.Kernel, dims: dict, defines: dict, cx, seed: int, context
         got = solve_contents(kernel, dims, defines, p, seed)
         if not isinstance(got, str):
             tried += 1
-            yield dims, got, "" if p else " (metadata from the kernel's contract)"
+            yield dims, got, "" if p else " (metadata from the kernel's contract)", {}
+    loose = free if free is not None and free != defines else None
+    if loose is not None and not tried:
+        got = solve_contents(kernel, dims, loose, {}, seed)
+        if not isinstance(got, str):
+            tried += 1
+            yield dims, got, " (metadata and integer scalars from the kernel's contract)", \
+                contract_scalars(kernel, dims, loose)
     if contexts:
         from argus.analysis.numeric import pick_shapes
 
         for shape in pick_shapes(kernel, list(contexts[0].constraints), contexts[0].dims, defines):
-            got = solve_contents(kernel, shape, defines, {}, seed)
-            if not isinstance(got, str):
-                tried += 1
-                yield shape, got, " (at other dims: the counterexample's admit no metadata satisfying the contract)"
+            for d, own in ((defines, False), (loose, True)):
+                if d is None or (own and tried):
+                    continue
+                got = solve_contents(kernel, shape, d, {}, seed)
+                if not isinstance(got, str):
+                    tried += 1
+                    yield shape, got, " (at other dims: the counterexample's admit no metadata satisfying the " \
+                        "contract)", contract_scalars(kernel, shape, d) if own else {}
     if not tried:
-        yield dims, {}, ""
+        yield dims, {}, "", {}
 
 
 def _replay_once(kernel: ir.Kernel, dims: dict, scalars: dict, f: Finding, cx, seed: int, factor: float,

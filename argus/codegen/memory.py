@@ -480,7 +480,7 @@ def open_runs(em: Emitter, gv: GView, tm: TileMap, v: int, elem_bytes: int) -> s
         em.open(f"if ({tm.owner()})")
     em.line("#pragma unroll")
     em.open(f"for (int ag_j = 0; ag_j < {tm.slots // v}; ++ag_j)")
-    em.line(f"const int ag_i = ag_j * {v};")
+    em.line(f"const int ag_i = ag_j * {v}; (void)ag_i;  // unread where a one-slot value is written")
     r, c = _rc(tm, "ag_i")
     em.line(f"const int ag_r = {r}, ag_c = {c};" if gv.row_axis is not None else f"const int ag_c = {c};  // one row")
     return gb

@@ -28,24 +28,45 @@ def test_every_check_class_has_three_bugs():
     assert all(n >= 3 for n in counts.values()), counts
 
 
-@pytest.mark.parametrize("path", BUGS, ids=lambda p: p.stem)
-def test_bug_is_found_and_replayed(path):
+def judge(path) -> str | None:
+    """None when the bug is flagged as the test requires, else what is wrong."""
     code = expected(path)
     report = verify(build_file(path))
-    assert report.status == VIOLATED
+    if report.status != VIOLATED:
+        return f"status {report.status}"
     hits = [f for f in report.findings if f.check == code and f.status == VIOLATED]
-    assert hits, f"expected {code}, got {[f.check for f in report.findings]}"
+    if not hits:
+        return f"expected {code}, got {[(f.check, f.status) for f in report.findings]}"
     f = hits[0]
-    assert f.span is not None and f.span.path == str(path)
-    assert f.counterexample is not None
+    if f.span is None or f.span.path != str(path):
+        return f"span {f.span}"
     cx = f.counterexample
-    assert cx.dims or cx.notes or cx.values, "a counterexample names concrete values"
-    assert f.replay is not None and f.replay.confirmed, f.replay
+    if cx is None or not (cx.dims or cx.notes or cx.values):
+        return "no counterexample naming concrete values"
+    if f.replay is None or not f.replay.confirmed:
+        return f"replay not confirmed: {f.replay}"
     text = render_finding(f)
-    assert f"[{code}]" in text and "replay:" in text and "counterexample" in text or "replay:" in text
+    if not (f"[{code}]" in text and "replay:" in text and "counterexample" in text or "replay:" in text):
+        return f"rendering: {text}"
     # every violation the verifier reports for this file is confirmed too (no unconfirmed claims),
     # unless the replay cannot reach it because the interpreter first stops on another, confirmed fault
     for other in report.findings:
         if other.status == VIOLATED:
-            assert other.replay is not None, other.check
-            assert other.replay.confirmed or other.replay.summary.startswith("blocked:"), (other.check, other.replay)
+            if other.replay is None:
+                return f"{other.check}: no replay"
+            if not (other.replay.confirmed or other.replay.summary.startswith("blocked:")):
+                return f"{other.check}: {other.replay}"
+    return None
+
+
+@pytest.mark.parametrize("path", BUGS, ids=lambda p: p.stem)
+def test_bug_is_found_and_replayed(path):
+    # In a fresh interpreter: Z3's heuristics depend on the terms its (process-wide) main context already
+    # holds, so in a test worker the verdict could depend on which tests ran before (CI saw a routing bug's
+    # tag-assertion left unknown once, and pass alone). `argus check` verifies in a fresh process too.
+    import concurrent.futures
+    import multiprocessing
+
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        problem = pool.submit(judge, path).result()
+    assert problem is None, problem

@@ -44,7 +44,11 @@ def test_header(path):
         assert h.summary and h.expect is None and h.bug is None
     else:
         assert h.expects and h.expects <= set(EXPECT), h.expect
-        assert h.bug and h.base and (CORPUS / "correct" / h.base).exists(), (h.bug, h.base)
+        # the correct kernel the bug was made from: a corpus file, or an example (examples/NAME.arg)
+        assert h.base, "no '# base:'"
+        root = CORPUS.parents[2]
+        base = root / h.base if h.base.startswith("examples/") else CORPUS / "correct" / h.base
+        assert h.bug and base.exists(), (h.bug, h.base)
 
 
 def test_every_class_has_correct_and_broken_kernels():

@@ -113,6 +113,31 @@ def test_flash_attention_on_gpu(case) -> None:
             assert c.ok, f"{_id(case)} seed {seed}: {c.describe()}"
 
 
+VARLEN = EXAMPLES / "flash_attention_varlen.arg"
+# (params, dims): packed sequences whose offsets (cu) the GPU check draws from the kernel's contract
+VARLEN_CASES = [
+    ({"HD": 128}, {"T": 700, "H": 2, "HKV": 2, "D": 128, "B1": 4}),
+    ({"HD": 128, "CAUSAL": True}, {"T": 1000, "H": 2, "HKV": 2, "D": 128, "B1": 6}),
+    ({"HD": 64, "CAUSAL": True, "GROUP": 2}, {"T": 333, "H": 4, "HKV": 2, "D": 64, "B1": 3}),
+    ({"HD": 256}, {"T": 300, "H": 1, "HKV": 1, "D": 256, "B1": 3}),
+]
+
+
+@gpu
+@pytest.mark.parametrize("case", VARLEN_CASES, ids=lambda c: "-".join(f"{k}{v}" for k, v in c[0].items()))
+def test_varlen_attention_on_gpu(case) -> None:
+    from argus.codegen.compile import build
+    from argus.runtime.bench import check_on_gpu
+    from argus.runtime.launch import GpuKernel
+
+    params, dims = case
+    gk = GpuKernel(build(build_file(VARLEN, params), arch=ARCH), 0)
+    for seed in (1, 2):
+        checks, _ = check_on_gpu(gk, dims, seed=seed)
+        for c in checks:
+            assert c.ok, f"{params} {dims} seed {seed}: {c.describe()}"
+
+
 def test_flash_attention_ws_routes_by_shape() -> None:
     """Persistent for short sequences and non-causal D >= 128 up to 8k queries, FA3's order past 8k at D=128,
     else the first kernel (examples/flash_attention_ws.arg, the measured rule in its comment)."""
