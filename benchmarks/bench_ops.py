@@ -478,16 +478,26 @@ def moe_route_case(t: int, e: int, k_: int) -> Case:
                 compiled=[lambda s=s: fn(s["logits"]) for s in sets])
 
 
-def decode_case(b: int, h: int, hkv: int, skv: int, d: int = 128) -> Case:
-    """Split-KV decode (one query per head) vs torch SDPA; the splits give >= 2 blocks per SM."""
+def decode_case(b: int, h: int, hkv: int, skv: int, d: int = 128, blocks: int = 0, sdpa_backend=None,
+                split_kernel: str = "decode_split_ws", **params) -> Case:
+    """Split-KV decode (one query per head) vs torch SDPA; the splits give about `blocks` blocks (264: two
+    per SM; 0: at most one per SM). `params` go to the split kernel (STAGES, BKV); `sdpa_backend` pins torch's
+    (None: its choice)."""
     import torch
     import torch.nn.functional as F
 
     group = h // hkv
-    ns = max(1, -(-264 // (b * hkv)))  # about two blocks per multiprocessor
-    chunk = max(64, _ceil(_ceil(skv, ns), 64) * 64)
+    if split_kernel == "decode_split_ws" and not params:
+        # measured on the H200 2026-12-06 (benchmarks/probes/results/decode_sweep_2026-12-06.log): 128-key blocks
+        # in a 3-stage ring, at most one block per SM, were the best or within 2% of it at the three shapes
+        params = {"BKV": 128, "STAGES": 3}
+    bkv = int(params.get("BKV", 64))
+    if blocks <= 0:  # one wave: the most splits that keep the grid within the multiprocessors
+        blocks = max(b * hkv, torch.cuda.get_device_properties(0).multi_processor_count // (b * hkv) * b * hkv)
+    ns = max(1, -(-blocks // (b * hkv)))
+    chunk = max(bkv, _ceil(_ceil(skv, ns), bkv) * bkv)
     ns = -(-skv // chunk)
-    split = kernel("decode_attention.arg", "decode_split", GROUP=group, CHUNK=chunk, HD=d)
+    split = kernel("decode_attention.arg", split_kernel, GROUP=group, CHUNK=chunk, HD=d, **params)
     comb = kernel("decode_attention.arg", "decode_combine", HD=d, BS=max(32, 1 << (ns - 1).bit_length()))
 
     def make():
@@ -501,7 +511,10 @@ def decode_case(b: int, h: int, hkv: int, skv: int, d: int = 128) -> Case:
         return lambda: (a(), c())
 
     def sdpa(s):
-        return F.scaled_dot_product_attention(s["Q"][:, :, None, :], s["K"], s["V"], enable_gqa=True)
+        if sdpa_backend is None:
+            return F.scaled_dot_product_attention(s["Q"][:, :, None, :], s["K"], s["V"], enable_gqa=True)
+        with torch.nn.attention.sdpa_kernel(sdpa_backend):
+            return F.scaled_dot_product_attention(s["Q"][:, :, None, :], s["K"], s["V"], enable_gqa=True)
 
     def check():
         s = make()
@@ -515,7 +528,8 @@ def decode_case(b: int, h: int, hkv: int, skv: int, d: int = 128) -> Case:
 
     sets = rotate(make, 4.0 * b * hkv * skv * d)
     return Case(f"B{b} H{h} HKV{hkv} S{skv}", [run(s) for s in sets], [lambda s=s: sdpa(s) for s in sets], check,
-                nbytes=4.0 * b * hkv * skv * d + 4.0 * b * h * d, params={"CHUNK": chunk, "NS": ns})
+                nbytes=4.0 * b * hkv * skv * d + 4.0 * b * h * d,
+                params={"kernel": split_kernel, "CHUNK": chunk, "NS": ns, **params})
 
 
 def splitk_case(m: int, n: int, k_: int) -> Case:

@@ -40,8 +40,11 @@ def pytest_collection_modifyitems(config, items):
 def _one_check_worker(monkeypatch):
     """pytest-xdist already runs one test per core: `argus check` inside a test verifies its (kernel, params)
     sets one after another (argus/check_pool.py), so timed tests do not share a core with check workers.
-    tests/test_check_pool.py sets its own count."""
+    tests/test_check_pool.py sets its own count. Likewise the verifier's presolve children
+    (argus/analysis/solve.py; tests/analysis/test_presolve.py sets its own): two per worker put four solver
+    processes on CI's two cores, and a MoE bug's verdict went unknown there (2026-12-06)."""
     monkeypatch.setenv("ARGUS_CHECK_JOBS", "1")
+    monkeypatch.setenv("ARGUS_VERIFY_JOBS", "1")
 
 
 @pytest.fixture(autouse=True)

@@ -162,8 +162,7 @@ def _grid_scalars(kernel: ir.Kernel, live, ctx0, dsub: list, defines: dict) -> d
                 if not T.mentions(inst, names):
                     cons.append(z3.substitute(inst, *dsub))
         options.append(z3.And(*cons) if cons else z3.BoolVal(True))
-    opt = z3.Optimize()
-    opt.set("timeout", 20000)
+    opt = budget(z3.Optimize(), 20000)  # a resource limit: the inputs must not depend on the machine's load
     opt.add(z3.Or(*options))
     defaults = {s.name: s.default for s in kernel.scalars}
     for n, v in need.items():

@@ -19,15 +19,17 @@ from z3 import z3core
 
 from argus.analysis import bitblast
 from argus.analysis.symbolic import SOLVER_TIMEOUT_MS, budget, solver
-from argus.analysis.terms import const_names, zi
+from argus.analysis.terms import NodeTable, const_names, zi
 
-_LINEAR: dict = {}  # (id of e, id of v) -> (answer, e, v): kept alive so that the ids are not reused
+# (context, id of e, id of v) -> (answer, e, v): e and v kept alive so that neither their ids nor their context's
+# address is reused while the entry lives (ids are per context)
+_LINEAR: dict = {}
 
 
 def linear(e: z3.ArithRef, v: z3.ArithRef) -> tuple[z3.ArithRef, int] | None:
     """e = c0 + a * v with integer a and c0 free of v, or None."""
     e = zi(e)
-    key = (e.get_id(), v.get_id())
+    key = (e.ctx.ref().value, e.get_id(), v.get_id())
     hit = _LINEAR.get(key)
     if hit is not None:
         return hit[0]
@@ -282,11 +284,9 @@ def _has_divmod(formulas) -> bool:
 # path constraints hundreds of times and obligations share large subterms, so each node is summarised once.
 # The walk calls Z3's C functions directly (no Python wrapper per node and no error check per call: a
 # million wrapped calls cost more than the solver on a gather GEMM); the nodes it meets are borrowed from
-# the roots, which _ROOTS keeps alive so that no id is reused while its entry lives.
+# the roots, which SCANNED keeps alive so that no id is reused while its entry lives.
 _EMPTY: tuple[dict, bool] = ({}, False)
-_SCANNED: dict[int, tuple[dict, bool]] = {}
-_ROOTS: list = []
-_SCAN_CAP = 400_000
+SCANNED = NodeTable(400_000)
 
 
 def _raw(fn):
@@ -306,30 +306,28 @@ def _scan(f) -> tuple[dict, bool]:
     ctx = f.ctx.ref()
     root = f.as_ast()
     rid = _ID(ctx, root)
-    got = _SCANNED.get(rid)
+    table, roots = SCANNED.of(f)
+    got = table.get(rid)
     if got is not None:
         return got
-    if len(_SCANNED) >= _SCAN_CAP:
-        _SCANNED.clear()
-        _ROOTS.clear()
-    _ROOTS.append(f)
+    roots.append(f)
     stack: list = [(root, None)]
     while stack:
         a, kids = stack.pop()
         key = _ID(ctx, a)
         if kids is None:
-            if key in _SCANNED:
+            if key in table:
                 continue
             kind = _KIND(ctx, a)
             kids = [_ARG(ctx, a, i) for i in range(_NARGS(ctx, a))] if kind == z3.Z3_APP_AST else \
                 [_BODY(ctx, a)] if kind == z3.Z3_QUANTIFIER_AST else []
             stack.append((a, kids))
-            stack.extend((c, None) for c in kids if _ID(ctx, c) not in _SCANNED)
+            stack.extend((c, None) for c in kids if _ID(ctx, c) not in table)
             continue
         out: dict = {}
         divides = False
         for c in kids:
-            sub, sub_divides = _SCANNED[_ID(ctx, c)]  # summarised before its parent (never cleared mid-walk)
+            sub, sub_divides = table[_ID(ctx, c)]  # summarised before its parent (never cleared mid-walk)
             divides = divides or sub_divides
             for k, (x, m) in sub.items():
                 out[k] = (x, math.lcm(out.get(k, (x, 1))[1], m))
@@ -343,8 +341,8 @@ def _scan(f) -> tuple[dict, bool]:
                     k = _ID(ctx, x)
                     xr = z3.z3._to_expr_ref(x, f.ctx)
                     out[k] = (xr, math.lcm(out.get(k, (xr, 1))[1], c))
-        _SCANNED[key] = (out or _EMPTY[0], divides)  # most subterms divide nothing: share one empty dict
-    return _SCANNED[rid]
+        table[key] = (out or _EMPTY[0], divides)  # most subterms divide nothing: share one empty dict
+    return table[rid]
 
 
 QUICK_MS = 250  # the integer solver's first try at a query with division: most settle well within it

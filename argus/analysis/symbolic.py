@@ -27,16 +27,19 @@ class Unsupported(Exception):
 
 
 # Solver budgets are resource limits (deterministic: the same verdict on a loaded machine and in CI),
-# about RLIMIT_PER_MS units per millisecond of a solver's time here, with a wall-clock limit well above as
-# a safety net.
+# about RLIMIT_PER_MS units per millisecond of a solver's time here, with a wall-clock limit WALL_FACTOR
+# times the budget as a safety net against a query whose resource count stalls. At 4x a MoE bug's verdicts
+# went unknown in CI while the 2 cores ran about five solver processes (2026-12-06); unloaded, no query here
+# meets the wall clock before its resource limit.
 RLIMIT_PER_MS = 4000
+WALL_FACTOR = 10
 
 
 def budget(s: z3.Solver, timeout_ms: int) -> z3.Solver:
     # a preprocessing solver spends about three times as long per resource unit here
     per_ms = RLIMIT_PER_MS // 3 if getattr(s, "preprocess", False) else RLIMIT_PER_MS
     s.set("rlimit", int(timeout_ms) * per_ms)
-    s.set("timeout", int(timeout_ms) * 4)
+    s.set("timeout", int(timeout_ms) * WALL_FACTOR)
     if isinstance(s, CheckedSolver):
         s.budget_ms = int(timeout_ms)
     return s
@@ -74,7 +77,7 @@ class CheckedSolver(z3.Solver):
             s = z3.Solver(solver=_preprocessed(self.ctx) if self.preprocess else None, ctx=self.ctx)
             s.set("random_seed", seed)
             s.set("rlimit", self.budget_ms * (RLIMIT_PER_MS // 3 if self.preprocess else RLIMIT_PER_MS))
-            s.set("timeout", self.budget_ms * 4)
+            s.set("timeout", self.budget_ms * WALL_FACTOR)
             s.add(*self.assertions())
             r = s.check(*assumptions)
             if r == z3.unsat:

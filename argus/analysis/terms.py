@@ -373,11 +373,37 @@ _DECL, _DKIND = _raw(z3core.Z3_get_app_decl), _raw(z3core.Z3_get_decl_kind)
 _DNAME, _SYMSTR = _raw(z3core.Z3_get_decl_name), _raw(z3core.Z3_get_symbol_string)
 _BODY = _raw(z3core.Z3_get_quantifier_body)
 _NO_NAMES: frozenset = frozenset()
-# node id -> the names of the uninterpreted constants below it; the roots are kept alive so that no id is
-# reused while its entry lives (the nodes below a root are borrowed from it)
-_NAMES: dict[int, frozenset] = {}
-_NAME_ROOTS: list = []
-_NAMES_CAP = 400_000
+
+
+class NodeTable:
+    """Summaries of Z3 nodes keyed by node id, with the roots that keep those ids alive (the nodes below a
+    root are borrowed from it). Ids are per context and a new context reuses them, so there is one table a
+    context: the main one's, and the last other one's (a query asked in a fresh context); at most `cap`
+    entries a table. `clear` when the main context is replaced (symbolic.fresh_main_context)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.tables: dict[int, tuple[dict, list]] = {}
+
+    def of(self, e: z3.ExprRef) -> tuple[dict, list]:
+        key = e.ctx.ref().value
+        got = self.tables.get(key)
+        if got is None:
+            if len(self.tables) >= 2:  # keep the main context's table; its roots keep that context alive
+                main = z3.main_ctx().ref().value
+                self.tables = {k: v for k, v in self.tables.items() if k == main}
+            got = self.tables[key] = ({}, [])
+        elif len(got[0]) >= self.cap:
+            got[0].clear()
+            got[1].clear()
+        return got
+
+    def clear(self) -> None:
+        self.tables.clear()
+
+
+# node id -> the names of the uninterpreted constants below it
+NAMES = NodeTable(400_000)
 
 
 def const_names(e) -> frozenset:
@@ -388,19 +414,17 @@ def const_names(e) -> frozenset:
     ctx = e.ctx.ref()
     root = e.as_ast()
     rid = _ID(ctx, root)
-    got = _NAMES.get(rid)
+    table, roots = NAMES.of(e)
+    got = table.get(rid)
     if got is not None:
         return got
-    if len(_NAMES) >= _NAMES_CAP:
-        _NAMES.clear()
-        _NAME_ROOTS.clear()
-    _NAME_ROOTS.append(e)
+    roots.append(e)
     stack: list = [(root, None)]
     while stack:
         a, kids = stack.pop()
         key = _ID(ctx, a)
         if kids is None:
-            if key in _NAMES:
+            if key in table:
                 continue
             kind = _KIND(ctx, a)
             kids = [_ARG(ctx, a, i) for i in range(_NARGS(ctx, a))] if kind == z3.Z3_APP_AST else \
@@ -408,15 +432,15 @@ def const_names(e) -> frozenset:
             if not kids and kind == z3.Z3_APP_AST:
                 decl = _DECL(ctx, a)
                 if _DKIND(ctx, decl) == z3.Z3_OP_UNINTERPRETED:
-                    _NAMES[key] = frozenset((_SYMSTR(ctx, _DNAME(ctx, decl)).decode(),))
+                    table[key] = frozenset((_SYMSTR(ctx, _DNAME(ctx, decl)).decode(),))
                     continue
             stack.append((a, kids))
-            stack.extend((c, None) for c in kids if _ID(ctx, c) not in _NAMES)
+            stack.extend((c, None) for c in kids if _ID(ctx, c) not in table)
             continue
-        subs = [_NAMES[_ID(ctx, c)] for c in kids]
+        subs = [table[_ID(ctx, c)] for c in kids]
         subs = [x for x in subs if x]
-        _NAMES[key] = _NO_NAMES if not subs else subs[0] if len(subs) == 1 else frozenset().union(*subs)
-    return _NAMES[rid]
+        table[key] = _NO_NAMES if not subs else subs[0] if len(subs) == 1 else frozenset().union(*subs)
+    return table[rid]
 
 
 def applied_names(e, names, varying: set[str] | None = None) -> set[str]:

@@ -37,6 +37,7 @@ def _all_kernels() -> list:
             ("decode_attention.arg", "decode_combine", {}), ("gemm_ws.arg", "gemm_splitk", {}),
             ("gemm_ws.arg", "splitk_reduce", {})]
     out += [("decode_attention.arg", "decode_split", {"GROUP": g, "CHUNK": c}) for g, c in ((8, 512), (4, 128))]
+    out += [("decode_attention.arg", "decode_split_ws", p) for p, _ in DECODE_WS]
     out += [(kernel_source(lay, c), f"{lay}_{c}.arg", {}) for lay, c in CONSTRUCT_CASES]
     return out
 
@@ -186,10 +187,20 @@ DECODE = [({}, {"B": 2, "H": 16, "HKV": 2, "SKV": 700, "D": 128, "NS": 2}),
           ({"MMA": "mma.sync", "GROUP": 4}, {"B": 2, "H": 8, "HKV": 2, "SKV": 700, "D": 128, "NS": 2})]
 
 
+# the TMA ring: a split whose last block is partial (SKV 700, 1000), one shorter than the ring (CHUNK 128 at
+# BKV 64 with 4 stages), several ring laps (CHUNK 1024 at 6 stages), BKV 128
+DECODE_WS = [({}, {"B": 2, "H": 16, "HKV": 2, "SKV": 700, "D": 128, "NS": 2}),
+             ({"GROUP": 4, "CHUNK": 128}, {"B": 1, "H": 8, "HKV": 2, "SKV": 1000, "D": 128, "NS": 8}),
+             ({"CHUNK": 1024, "STAGES": 6}, {"B": 1, "H": 8, "HKV": 1, "SKV": 3000, "D": 128, "NS": 3}),
+             ({"BKV": 128, "STAGES": 3, "CHUNK": 1024}, {"B": 2, "H": 16, "HKV": 2, "SKV": 2500, "D": 128, "NS": 3})]
+
+
 @gpu
-@pytest.mark.parametrize(("params", "dims"), DECODE, ids=[str(i) for i in range(len(DECODE))])
-def test_decode_split_on_gpu(params: dict, dims: dict) -> None:
-    k = _kernel("decode_attention.arg", "decode_split", params)
+@pytest.mark.parametrize(("name", "params", "dims"), [("decode_split", p, d) for p, d in DECODE]
+                         + [("decode_split_ws", p, d) for p, d in DECODE_WS],
+                         ids=[f"split{i}" for i in range(len(DECODE))] + [f"ws{i}" for i in range(len(DECODE_WS))])
+def test_decode_split_on_gpu(name: str, params: dict, dims: dict) -> None:
+    k = _kernel("decode_attention.arg", name, params)
     for seed in (1, 2):
         _check(k, dims, seed, {"OP": DTYPES["bf16"]})  # P is bf16 on its way to OP
 

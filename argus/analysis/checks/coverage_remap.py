@@ -24,7 +24,7 @@ import z3
 
 from argus.analysis import terms as T
 from argus.analysis.solving import nonlinear_check
-from argus.analysis.symbolic import as_int
+from argus.analysis.symbolic import as_int, solver
 
 
 class Virtual:
@@ -105,8 +105,7 @@ def remap(stores: list, constraints: list, ctx, kernel, out: str) -> Remapped | 
 
 def _grid_bound(x, ctx) -> bool:
     """Whether constraint x is implied by the block ids' ranges alone (0 <= b < grid)."""
-    s = z3.Solver()
-    s.set("timeout", 1000)
+    s = solver(1000)  # a resource limit: a wall-clock one made the check's verdict depend on the load
     s.add(*[z3.And(b >= 0, b < as_int(g)) for b, g in zip(ctx.block, ctx.grid)], z3.Not(x))
     return s.check() == z3.unsat
 
