@@ -17,7 +17,6 @@ from argus.analysis.periodicity import loop_shapes
 from argus.analysis.reference_terms import Arr, NotAnalysable, reference_arrays
 from argus.analysis.replay import replay
 from argus.analysis.symbolic import Unsupported
-from argus.analysis.z3context import fresh_main_context
 from argus.ir import nodes as ir
 from argus.ir.transform import walk
 
@@ -59,7 +58,6 @@ def verify(kernel: ir.Kernel, defines: dict[str, object] | None = None, *, do_re
     run the numeric tier (argus.analysis.numeric: the interpreter against the reference at two small
     shapes: tested, not proved)."""
     defines = dict(defines or {})
-    fresh_main_context()  # the verdict must not depend on what this process verified before
     t0 = time.perf_counter()
     blocked: tuple[str, object] | None = None  # (reason, span): the paths do not cover every execution
     test_contexts: list | None = None  # where exploration stopped early: the context its assumes built
