@@ -379,7 +379,7 @@ class NodeTable:
     """Summaries of Z3 nodes keyed by node id, with the roots that keep those ids alive (the nodes below a
     root are borrowed from it). Ids are per context and a new context reuses them, so there is one table a
     context: the main one's, and the last other one's (a query asked in a fresh context); at most `cap`
-    entries a table. `clear` when the main context is replaced (symbolic.fresh_main_context)."""
+    entries a table."""
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
@@ -397,9 +397,6 @@ class NodeTable:
             got[0].clear()
             got[1].clear()
         return got
-
-    def clear(self) -> None:
-        self.tables.clear()
 
 
 # node id -> the names of the uninterpreted constants below it
