@@ -101,6 +101,11 @@ def _build_contract(kernel: ir.Kernel, dims: dict[str, int], defines: dict):
     ctx0 = live[0][1]
     grid = []
     dsub = [(ctx0.dims[d], z3.IntVal(v)) for d, v in dims.items() if d in ctx0.dims]
+    # integer scalar arguments the caller fixed (a counterexample's max_seqlen): the explorer keeps every
+    # scalar argument symbolic, so their values enter here, or a grid that reads one is never concrete
+    dsub += [(ctx0.scalars[n], z3.IntVal(int(v))) for n, v in defines.items()
+             if n in ctx0.scalars and ctx0.scalars[n].sort() == z3.IntSort() and isinstance(v, int)
+             and not isinstance(v, bool)]
     scalars = _grid_scalars(kernel, live, ctx0, dsub, defines)
     if isinstance(scalars, str):
         return scalars
