@@ -444,7 +444,7 @@ def _build_as_launched(args, src, defines: dict[str, object]):
 
 
 def cmd_run(args) -> int:
-    from argus import moe
+    from argus import metadata
     from argus.interp.run import run_interp
     from argus.records import run_record
 
@@ -460,7 +460,7 @@ def cmd_run(args) -> int:
 
         return run_command(args.file, defines, args.kernel, bench=args.bench, seed=args.seed, iters=args.iters,
                            arch=args.arch, fmt=args.format)
-    k = moe.build_for_run(args.file, defines, args.kernel)  # MoE: -D T= etc. size the routing
+    k = metadata.build_for_run(args.file, defines, args.kernel)  # -D T= etc. may size a metadata builder
     res = run_interp(k, defines, seed=args.seed)
     if args.format == "json":
         print(json.dumps(run_record(args.file, k.name, "interp", res.ok, res.dims or {}, res.seconds, res.checks),

@@ -197,19 +197,12 @@ def _runner(path, defines, order):
     return run
 
 
-# ---- inputs for `argus run --interp` and for replaying the verifier's counterexamples ----
+# ---- inputs for `argus run`, the bench and `argus tune` of a kernel whose launch statement names
+# metadata="moe_routing" (argus.metadata) ----
 METADATA_NAMES = {"offs", "tile_expert", "tile_row", "row_tile", "pos", "topk_w", "topk_ids", "row_token", "row_expert"}
 
 
 ROUTED_DIMS = {"M", "HID", "F", "E", "E1", "NT", "T", "KTOP"}  # what routed_dims can size
-
-
-def is_moe_kernel(kernel) -> bool:
-    """Kernels over this module's routing metadata: every integer input is a metadata tensor (by
-    argument name) and every dimension is one routed_dims derives (the convention of
-    examples/moe.arg). Any other kernel gets the generic random inputs."""
-    ints = {t.name for t in kernel.tensors if not t.dtype.is_float and t.name in kernel.inputs}
-    return bool(ints) and ints <= METADATA_NAMES and set(kernel.dims) <= ROUTED_DIMS
 
 
 def routed_dims(kernel, tokens: int = 37, experts: int = 4, top_k: int = 2, bm: int | None = None,
@@ -231,24 +224,6 @@ def routed_dims(kernel, tokens: int = 37, experts: int = 4, top_k: int = 2, bm: 
 
 
 ROUTING_SIZES = ("T", "E", "KTOP", "HID", "F")  # `argus run -D` names that size a routing
-
-
-def build_for_run(path, defines: dict, kernel_name: str | None):
-    """The kernel `argus run` runs. For an MoE kernel the routing sizes (-D T=, KTOP=, ...) need not be
-    dimensions of that kernel (moe_up has no T): they size the routing its metadata comes from. Any
-    other kernel is built with every -D, so an unknown name is still an error there."""
-    from argus.dsl.diagnostics import ArgusError
-    from argus.sources import build_file  # .arg or .py
-
-    rest = {d: v for d, v in defines.items() if d not in ROUTING_SIZES}
-    if len(rest) < len(defines):
-        try:
-            k = build_file(path, rest, kernel_name)
-        except ArgusError:  # reported by the build with every -D below
-            k = None
-        if k is not None and is_moe_kernel(k):
-            return k
-    return build_file(path, defines, kernel_name)
 
 
 def routed_inputs(kernel, defines: dict, seed: int | None = None) -> tuple[dict[str, int], dict[str, np.ndarray]]:

@@ -13,8 +13,9 @@ Inputs: `DenseInputs` draws random floats (the referee's usual inputs). A kernel
 metadata (integer tensors whose contents its quantified assumes constrain: expert offsets, a tile
 schedule) cannot run on random integers. The general way, `argus.analysis.contract_inputs`, solves the
 contents from the contract with Z3, which takes about 50 s for moe_up at M = 74 — too slow for every
-evaluation and impossible at target scale. So for the kernels `argus.moe` recognises (its
-`is_moe_kernel`, the convention `argus run` and the replay use) `RoutedInputs` draws a real routing:
+evaluation and impossible at target scale. So for a kernel that names the routing builder in its launch
+statement (`metadata="moe_routing"`, argus.metadata; as `argus run` and the bench) `RoutedInputs` draws a
+real routing:
 the problem sizes are the routing's (tokens T, experts E, top-k KTOP, HID, F) and the kernel's dims
 (M = T·KTOP, the tile count NT for the candidate's own BM) follow per candidate; the interpreter checks
 the kernel's assumes on those inputs as it runs. Other data-dependent kernels are refused with the
@@ -323,14 +324,12 @@ def problem_for(kernel: ir.Kernel) -> Inputs:
     data = data_ints(kernel)
     if not data:
         return DenseInputs()
-    from argus import moe
-
-    if moe.is_moe_kernel(kernel):
+    if kernel.metadata == "moe_routing":
         return RoutedInputs()
     raise ProblemError(f"kernel '{kernel.name}' reads integer inputs ({', '.join(data)}) whose contents its "
-                       "assumes constrain; the tuner draws such inputs only for argus.moe's routing metadata, "
-                       "and solving them from the contract (argus.analysis.contract_inputs) is too slow per "
-                       "evaluation")
+                       "assumes constrain; the tuner draws such inputs only from a routing the kernel declares "
+                       "(launch ..., metadata=\"moe_routing\"), and solving them from the contract "
+                       "(argus.analysis.contract_inputs) is too slow per evaluation")
 
 
 def moe_targets() -> list[Shape]:

@@ -61,6 +61,8 @@ class LaunchInfo:
     cluster: tuple[int, ...]
     span: Span
     blocks_per_sm: int | None = None  # `blocks_per_sm=`: the occupancy promised to ptxas (caps registers)
+    metadata: str | None = None  # `metadata="name"`: the host builder of its integer inputs (argus.metadata)
+    metadata_node: ast.Expr | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -172,6 +174,14 @@ class _Checker:
         if self.launch is None:
             raise self.err("missing-launch", f"kernel '{k.name}' has no launch geometry", k.name_span,
                            "add e.g. `launch grid=(cdiv(M, BM), cdiv(N, BN)), threads=256`")
+        if self.launch.metadata is not None:
+            from argus import metadata as builders
+
+            ints = [n for n in self.inputs if n in self.tensors and not self.tensors[n].dtype.is_float]
+            why = builders.problem(self.launch.metadata, self.dims, ints)
+            if why is not None:
+                raise self.err("launch", why, self.launch.metadata_node,
+                               "drop metadata= (inputs are then solved from the kernel's assumes) or rename")
         if k.reference is not None:
             self.check_reference(k.reference)
         return Checked(k, self.params, self.dims, self.tensors, self.scalars, self.launch,
@@ -372,10 +382,10 @@ class _Checker:
             raise self.err("duplicate-launch", "the kernel already has a launch statement", s)
         kw = {k.name: k for k in s.kwargs}
         for k in s.kwargs:
-            if k.name not in ("grid", "threads", "warpgroups", "cluster", "blocks_per_sm"):
+            if k.name not in ("grid", "threads", "warpgroups", "cluster", "blocks_per_sm", "metadata"):
                 raise self.err("unknown-keyword", f"unknown launch option '{k.name}'", k,
-                               "launch takes grid=, threads= (or warpgroups=) and optionally cluster= and "
-                               "blocks_per_sm=")
+                               "launch takes grid=, threads= (or warpgroups=) and optionally cluster=, "
+                               "blocks_per_sm= and metadata=")
         if "grid" not in kw:
             raise self.err("missing-launch", "launch needs grid=(...)", s)
         g = kw["grid"].value
@@ -416,7 +426,19 @@ class _Checker:
             elif 65536 // (occupancy * threads) < 24:
                 raise self.err("launch", f"blocks_per_sm={occupancy} with {threads} threads leaves "
                                f"{65536 // (occupancy * threads)} registers per thread (at least 24 are needed)", node)
-        self.launch = LaunchInfo(tuple(grid), threads, cluster, s.span, occupancy)
+        metadata = None
+        if "metadata" in kw:
+            node = kw["metadata"].value
+            self.expr(node)
+            metadata = self.consts.get(id(node))
+            from argus import metadata as builders
+
+            if not isinstance(metadata, str) or builders.lookup(metadata) is None:
+                known = ", ".join(f'"{n}"' for n in builders.names())
+                raise self.err("launch", f"metadata= names the host builder of the kernel's integer inputs, got "
+                               f"{metadata!r}", node, "known builders: " + known)
+        self.launch = LaunchInfo(tuple(grid), threads, cluster, s.span, occupancy, metadata,
+                                 kw["metadata"].value if "metadata" in kw else None)
 
     def bind(self, name: ast.Name, t: Type, node: ast.Node) -> None:
         prev = self.names.get(name.id)

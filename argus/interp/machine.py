@@ -208,8 +208,8 @@ class BlockMachine:
                                           f"hold for {p} = {i}", s.span,
                                           f"block {self.block[:len(self.k.grid)]}: " + ", ".join(vals),
                                           "the kernel was written for inputs that satisfy it: pass integer "
-                                          "tensors that do (random ones are drawn in [0, 8)), or, for MoE routing "
-                                          "metadata, build them with argus.moe",
+                                          "tensors that do (`argus run` solves them from the assumes, or the "
+                                          "kernel names a builder: launch ..., metadata=\"moe_routing\")",
                                           details={"block": self.block, "values": vals})
             finally:
                 if saved is None:
@@ -222,8 +222,8 @@ class BlockMachine:
                 raise InterpError("precondition", "the kernel's assume(...) does not hold for these inputs", s.span,
                                   f"block {self.block[:len(self.k.grid)]}: " + (", ".join(vals) or "no runtime values"),
                                   "the kernel was written for inputs that satisfy it; pick other dims or pad, "
-                                  "pass integer tensors that satisfy it, or, for MoE routing metadata, build "
-                                  "them with argus.moe",
+                                  "pass integer tensors that satisfy it (`argus run` solves them from the "
+                                  "assumes, or the kernel names a builder: launch ..., metadata=\"moe_routing\")",
                                   details={"block": self.block, "values": vals})
         elif isinstance(s, ir.AssertTag):
             pass  # tag relations are proved statically by argus.analysis, not checked at run time

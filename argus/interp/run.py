@@ -178,11 +178,12 @@ def run_interp(kernel: ir.Kernel, defines: dict[str, object], seed: int | None =
                     "add `reference:` after the kernel body with NumPy code computing its outputs")
     scalars = resolve_scalars(kernel, defines)
     rng = np.random.default_rng(seed)
-    from argus import moe
+    from argus.metadata import builder_for
 
     check_dims(kernel, defines)
-    if arrays is None and moe.is_moe_kernel(kernel):
-        dims, arrays = moe.routed_inputs(kernel, defines, seed)  # metadata that satisfies the assumes
+    builder = builder_for(kernel)
+    if arrays is None and builder is not None:
+        dims, arrays = builder.build(kernel, defines, seed)  # the host builder the kernel names (argus.metadata)
     else:
         dims = resolve_dims(kernel, defines)
         check_fits(kernel, dims)  # refused up front when it cannot fit the memory budget

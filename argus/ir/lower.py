@@ -334,7 +334,7 @@ def lower(c: Checked) -> ir.Kernel:
     tensors = tuple(ir.TensorDecl(n, g.dtype, g.dims, arg_spans.get(n)) for n, g in c.tensors.items())
     return ir.Kernel(k.name, k.span.path, tensors, scalars, tuple(c.dims), tuple(c.params.items()), grid,
                      c.launch.threads, c.launch.cluster, body, tuple(c.outputs), tuple(c.inputs),
-                     k.reference, k.span, c.launch.blocks_per_sm)
+                     k.reference, k.span, c.launch.blocks_per_sm, c.launch.metadata)
 
 
 def const_default(a: ast.Arg):

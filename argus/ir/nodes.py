@@ -438,6 +438,7 @@ class Kernel:
     reference: tuple[dsl_ast.Stmt, ...] | None = field(default=None, compare=False, repr=False)
     span: Span | None = field(default=None, compare=False, repr=False)
     blocks_per_sm: int | None = None  # `launch ..., blocks_per_sm=N`: __launch_bounds__(threads, N)
+    metadata: str | None = None  # `launch ..., metadata="name"`: host builder of its integer inputs (argus.metadata)
 
     def tensor(self, name: str) -> TensorDecl:
         return next(t for t in self.tensors if t.name == name)

@@ -150,6 +150,7 @@ def kernel(k: ir.Kernel) -> str:
             f"    # params: {', '.join(f'{n}={v!r}' for n, v in k.params)}",
             f"    # launch grid=({', '.join(expr(g) for g in k.grid)}), threads={k.threads}"
             + (f", cluster={k.cluster}" if k.cluster != (1,) else "")
-            + (f", blocks_per_sm={k.blocks_per_sm}" if k.blocks_per_sm is not None else ""),
+            + (f", blocks_per_sm={k.blocks_per_sm}" if k.blocks_per_sm is not None else "")
+            + (f", metadata={k.metadata!r}" if k.metadata is not None else ""),
             f"    # inputs: {', '.join(k.inputs)}; outputs: {', '.join(k.outputs)}"]
     return "\n".join(head + stmts(k.body)) + "\n"

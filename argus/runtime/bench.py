@@ -128,10 +128,11 @@ def to_device(a: np.ndarray, dtype_name: str, device: int = 0):
 def host_inputs(k: ir.Kernel, defines: dict[str, object], seed: int | None) -> tuple[dict, dict[str, np.ndarray]]:
     """Dims and fresh host inputs (outputs poisoned): random values, or a real routing for the MoE
     kernels, whose integer inputs are metadata the kernel's assumes constrain (argus.moe)."""
-    from argus import moe
+    from argus.metadata import builder_for
 
-    if moe.is_moe_kernel(k):
-        return moe.routed_inputs(k, defines, seed)
+    b = builder_for(k)
+    if b is not None:  # the kernel names the host builder of its metadata
+        return b.build(k, defines, seed)
     dims = resolve_dims(k, defines)
     rng = np.random.default_rng(seed)
     arrays = make_arrays(k, dims, rng)
@@ -170,11 +171,11 @@ def bench_on_gpu(gk, defines: dict[str, object], iters: int = 30) -> tuple[Timin
     """Time the kernel (and cuBLAS for a GEMM reference) on rotated fresh inputs."""
     import torch
 
-    from argus import moe
+    from argus.metadata import builder_for
 
     k = gk.ir
     scalars = resolve_scalars(k, defines)
-    if moe.is_moe_kernel(k):  # one routed input set (random metadata would break the assumes)
+    if builder_for(k) is not None:  # one built input set (random metadata would break the assumes)
         dims, host = host_inputs(k, defines, 0)
         dev = {t.name: to_device(host[t.name], t.dtype.name, gk.device) for t in k.tensors}
         t = time_interleaved({"argus": [gk.prepare(**dev, **scalars)]}, iters)
@@ -258,7 +259,7 @@ def run_command(file: str, defines: dict[str, object], kernel: str | None, *, be
     """`argus run FILE [--bench]` on the GPU: check against the reference, then (with --bench) time."""
     import json
 
-    from argus import moe
+    from argus import metadata
     from argus.codegen.compile import build
     from argus.codegen.nvrtc import detect_arch
     from argus.runtime.launch import GpuKernel
@@ -269,7 +270,7 @@ def run_command(file: str, defines: dict[str, object], kernel: str | None, *, be
 
         raise error("no-gpu", "no CUDA GPU on this machine", None, "run in the interpreter with --interp")
     kernel, chosen = _specialized(file, defines, kernel)
-    k = moe.build_for_run(file, chosen, kernel)  # MoE: -D T= sizes routing
+    k = metadata.build_for_run(file, chosen, kernel)  # -D T= may size a metadata builder
     built = build(k, arch=arch or gpu_arch)
     gk = GpuKernel(built, 0)
     res = run_on_gpu(gk, defines, seed=seed, bench=bench, iters=iters)

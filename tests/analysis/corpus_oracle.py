@@ -148,7 +148,7 @@ def run_once(kernel, dims: dict[str, int], seed: int, given: dict | None = None)
 
     given = {n: v for n, v in (given or {}).items() if n in {s.name for s in kernel.scalars}}
     scalars = resolve_scalars(kernel, given)
-    if moe.is_moe_kernel(kernel):
+    if kernel.metadata == "moe_routing":  # the kernel names the routing builder (argus.metadata)
         sizes = {d: dims[d] for d in MOE_SIZES if d in dims}
         run_dims, meta = moe.routed_dims(kernel, tokens=sizes.get("T", 37), experts=sizes.get("E", 4),
                                          top_k=sizes.get("KTOP", 2), hid=sizes.get("HID", 72),
@@ -183,7 +183,6 @@ def run_once(kernel, dims: dict[str, int], seed: int, given: dict | None = None)
 def run_layer(path: Path, layer_name: str, dims: dict[str, int], params: dict[str, object], seed: int) -> str | None:
     """Chain the file's kernels in file order over one set of arrays (an output of one kernel is the input
     of the next) and compare the layer's outputs with its reference block; why it is wrong, or None."""
-    from argus import moe
     from argus.dsl.check import check_layer
     from argus.dsl.parser import parse_file
     from argus.dsl.reference import evaluate_reference
@@ -195,7 +194,7 @@ def run_layer(path: Path, layer_name: str, dims: dict[str, int], params: dict[st
     checked = check_layer(module.layer(layer_name), {n: v for n, v in params.items()
                                                       if n in {s.name for s in module.layer(layer_name).body}})
     kernels = [build(path, k.name, params) for k in module.kernels]
-    if any(moe.is_moe_kernel(k) for k in kernels):
+    if any(k.metadata == "moe_routing" for k in kernels):
         return _run_moe_layer(path, checked, dims, params, seed)
     rng = np.random.default_rng(seed)
     arrays: dict[str, np.ndarray] = {}

@@ -298,3 +298,24 @@ reference:
 """)
     assert d.code == "undefined-name" and "None" not in d.message and "method" in d.message, d.message
     assert (d.span.line, d.span.col) == (7, col) and hint in " ".join(d.notes), (d.span, d.notes)
+
+
+def test_a_metadata_builder_is_named_and_fits_the_kernel():
+    # launch ..., metadata="moe_routing": the only way a kernel gets routed inputs (argus.metadata); an
+    # unknown name, or a kernel the builder cannot size, is refused at the keyword's value
+    body = ("    t = block_id(0)\n    e = load(offs[t])\n"
+            "    store(Y[t : +1, 0 : +64], load(X[t : +1, 0 : +64]) * 2.0, where=e >= 0)\n"
+            "reference:\n    Y = X * 2.0\n")
+    sig = "kernel k(X: f32[M, HID], offs: i32[E1], Y: f32[M, HID]):\n"
+    d = diag(sig + '    launch grid=(M,), threads=64, metadata="routing"\n' + body, head=False)
+    assert d.code == "launch" and "'routing'" in d.message and '"moe_routing"' in " ".join(d.notes)
+    assert (d.span.line, d.span.col) == (2, 44)
+    d = diag(sig.replace("M, HID]", "S, HID]") + '    launch grid=(S,), threads=64, metadata="moe_routing"\n'
+             + body, head=False)
+    assert d.code == "launch" and "also has S" in d.message and (d.span.line, d.span.col) == (2, 44)
+    d = diag(sig.replace("offs", "starts") + '    launch grid=(M,), threads=64, metadata="moe_routing"\n'
+             + body.replace("offs", "starts"), head=False)
+    assert d.code == "launch" and "also reads starts" in d.message
+    k = build_source(sig + '    launch grid=(M,), threads=64, metadata="moe_routing"\n' + body)
+    assert k.metadata == "moe_routing"
+    assert build_source(sig + "    launch grid=(M,), threads=64\n" + body).metadata is None

@@ -141,9 +141,10 @@ def test_broken_schedule_fails_the_assume_with_values():
     assert any("= 1025" in n and "tile_row" in n for n in d.notes), d.notes  # names the values it saw
 
 
-def test_a_kernel_with_a_metadata_name_but_its_own_dims_gets_generic_inputs() -> None:
-    """Routed inputs are only for kernels whose dims argus.moe can size; an integer input that happens
-    to be called `offs` in another kernel must not send it there (it used to end in a KeyError)."""
+def test_a_kernel_with_a_metadata_name_but_no_builder_gets_generic_inputs() -> None:
+    """Routed inputs are only for kernels that name the routing builder in their launch statement; an
+    integer input that happens to be called `offs` must not send a kernel there (it used to end in a
+    KeyError, when kernels were picked out by argument names)."""
     from argus.interp.run import run_interp
     from argus.ir.build import build_source
 
@@ -157,6 +158,6 @@ kernel ragged(X: f32[N, C], offs: i32[S1], Y: f32[N, C]):
 reference:
     Y = X * 2.0 + offs[0]
 """)
-    assert not moe.is_moe_kernel(k)
+    assert k.metadata is None
     res = run_interp(k, {"N": 100, "C": 32, "S1": 5}, seed=1)
     assert res.ok, [c.describe() for c in res.checks]
