@@ -336,7 +336,7 @@ class ReferenceContract:
                 st.step, extra={"kind": "max-fill", "claim": True}))
 
     def _nan(self, trace, st, ker, ref, base, names) -> None:
-        """The stored element is NaN (-inf - -inf, -inf * 0) only where the reference's is. Asked alone in
+        """The stored element is NaN (-inf - -inf, -inf * 0, 0 / 0) only where the reference's is. Asked alone in
         a fresh context (its quantifiers stay out of the site's shared query) and replayed: a claim."""
         flags = Flags()
         bad = T.b_and(flags.nan(ker), T.b_not(flags.nan(ref)))
@@ -346,7 +346,8 @@ class ReferenceContract:
             "reference-footprint", st.span,
             f"the stored {self.output} element is NaN where its reference is not: -inf - -inf (a running max "
             "still -inf in a step that masks all of a row's scores; replace it by 0 where it is -inf before "
-            "exp2(s - m)) or -inf * 0", T.zb(bad), base, dict(names), st.step,
+            "exp2(s - m)), -inf * 0, or 0 / 0 (a row sum that is 0 where every score was masked: divide by "
+            "select(l > 0, l, 1))", T.zb(bad), base, dict(names), st.step,
             extra={"kind": "nan", "claim": True, "fresh": True}))
 
     def lemmas(self, ctx, ref) -> list:

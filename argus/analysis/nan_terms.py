@@ -1,4 +1,4 @@
-"""Where a term is NaN: `-inf - -inf`, `-inf * 0` and what they flow into.
+"""Where a term is NaN: `-inf - -inf`, `-inf * 0`, `0 / 0` and what they flow into.
 
 The structural flags of argus.analysis.terms say where a value is a masked -inf *as far as the
 dependency checks need*: a max reduction is never -inf there (its members are looked at instead). A
@@ -80,6 +80,10 @@ class Flags:
             return T.b_not(t.inside)
         if isinstance(t, T.Sel):
             return T.b_if(t.cond, self.zero(t.a), self.zero(t.b))
+        if isinstance(t, T.Red) and t.kind in ("sum", "max", "min"):
+            # exact where every member in its domain is (an empty sum too): the row sum of a softmax step
+            # whose scores are all masked, the denominator of a 0 / 0
+            return _forall(t.vars, t.domain, self.zero(t.body))
         if isinstance(t, T.Op):
             a = t.args
             if t.fn == "select" and len(a) == 3:
@@ -94,7 +98,7 @@ class Flags:
             if t.fn in ("+", "-", "max", "min"):
                 return T.b_and(*zs)
             return False
-        return False  # a sum of zeros is data here (as for the dependency checks)
+        return False
 
     # ---- NaN ----
     def _nan(self, t: T.Term):
@@ -115,7 +119,7 @@ class Flags:
                 own = T.b_or(own, T.b_and(self.minf(a[0]), self.zero(a[1])),
                              T.b_and(self.zero(a[0]), self.minf(a[1])))
             elif t.fn == "/" and len(a) == 2:
-                own = T.b_or(own, T.b_and(self.minf(a[0]), self.minf(a[1])))
+                own = T.b_or(own, T.b_and(self.minf(a[0]), self.minf(a[1])), T.b_and(self.zero(a[0]), self.zero(a[1])))
             return own
         return False
 

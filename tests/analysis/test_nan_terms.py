@@ -57,3 +57,19 @@ def test_minus_inf_times_an_exact_zero_is_nan() -> None:
     zero_when_masked = T.op("exp2", T.sel(k < n, T.VALUE, T.MINF))  # exp2(-inf) == 0
     assert _sat(f.nan(T.op("*", zero_when_masked, T.MINF)), k >= n)
     assert not _sat(f.nan(T.op("*", zero_when_masked, T.MINF)), k < n)
+
+
+def test_zero_over_a_row_sum_whose_every_member_is_masked_is_nan() -> None:
+    # a split of keys in which a row sees none: l = sum exp2(-inf) = 0 and acc = sum 0 * v = 0, so acc / l
+    # is 0 / 0; the guarded division (by select(l > 0, l, 1)) is not
+    j = z3.Int("j")
+    live = z3.And(j >= 0, j < 4)
+    p = T.op("exp2", T.sel(j < n, T.VALUE, T.MINF))
+    rowsum = T.red("sum", (j,), live, p)
+    acc = T.red("sum", (j,), live, T.op("*", p, T.VALUE))
+    f = Flags()
+    assert _sat(f.zero(rowsum), n <= 0) and not _sat(f.zero(rowsum), n >= 1)
+    assert _sat(f.nan(T.op("/", acc, rowsum)), n <= 0)
+    assert not _sat(f.nan(T.op("/", acc, rowsum)), n >= 1)
+    safe = T.op("select", T.cmp(">", rowsum, T.ZERO), rowsum, T.op("cast", T.VALUE))
+    assert not _sat(f.nan(T.op("/", acc, safe)))
