@@ -532,6 +532,71 @@ def decode_case(b: int, h: int, hkv: int, skv: int, d: int = 128, blocks: int = 
                 params={"kernel": split_kernel, "CHUNK": chunk, "NS": ns, **params})
 
 
+def spec_case(b: int, h: int, hkv: int, skv: int, nq: int = 16, d: int = 128) -> Case:
+    """Speculative decode: NQ new queries per sequence at the cache's last NQ positions, causal among them
+    (decode_spec_ws + decode_combine) vs SDPA on q[B, H, NQ, D] with a lower-right causal mask (torch's
+    causal_lower_right bias; an explicit boolean mask where a backend refuses it). Q enters as head-major rows
+    [B, H * NQ, D]: the transpose from torch's [B, NQ, H, D] is not timed (a caller keeps that layout)."""
+    import torch
+    import torch.nn.functional as F
+
+    group = h // hkv
+    params = {"BKV": 128, "STAGES": 3}
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    ns = max(1, sms // (b * hkv))
+    chunk = max(128, _ceil(_ceil(skv, ns), 128) * 128)
+    ns = -(-skv // chunk)
+    split = kernel("decode_attention.arg", "decode_spec_ws", GROUP=group, NQ=nq, CHUNK=chunk, HD=d, **params)
+    comb = kernel("decode_attention.arg", "decode_combine", HD=d, BS=max(32, 1 << (ns - 1).bit_length()))
+    qpos = skv - nq + torch.arange(nq, device="cuda")
+    keep = torch.arange(skv, device="cuda")[None, :] <= qpos[:, None]  # [NQ, SKV]
+    try:
+        from torch.nn.attention.bias import causal_lower_right
+        bias = causal_lower_right(nq, skv)
+    except ImportError:
+        bias = None
+
+    def make():
+        q = randn(b, h, nq, d)
+        return {"q": q, "Q": q.reshape(b, h * nq, d), "K": randn(b, hkv, skv, d), "V": randn(b, hkv, skv, d),
+                "OP": torch.empty(b, h * nq, ns, d, device="cuda"), "LP": torch.empty(b, h * nq, ns, device="cuda"),
+                "O": torch.empty(b, h * nq, d, device="cuda", dtype=torch.bfloat16)}
+
+    def run(s):
+        a = split.prepare(Q=s["Q"], K=s["K"], V=s["V"], OP=s["OP"], LP=s["LP"])
+        c = comb.prepare(OP=s["OP"], LP=s["LP"], O=s["O"])
+        return lambda: (a(), c())
+
+    def sdpa_with(mask):
+        return lambda s: F.scaled_dot_product_attention(s["q"], s["K"], s["V"], attn_mask=mask, enable_gqa=True)
+
+    probe = make()
+    sdpa = sdpa_with(keep)
+    if bias is not None:
+        try:
+            sdpa_with(bias)(probe)
+            sdpa = sdpa_with(bias)
+        except (RuntimeError, TypeError, NotImplementedError):
+            pass
+
+    def check():
+        s = make()
+        s["O"].fill_(float("nan"))
+        run(s)()
+        torch.cuda.synchronize()
+        kr = s["K"].double().repeat_interleave(group, dim=1)
+        vr = s["V"].double().repeat_interleave(group, dim=1)
+        sc = torch.einsum("bhqd,bhkd->bhqk", s["q"].double(), kr) / d ** 0.5
+        p = torch.softmax(sc.masked_fill(~keep, float("-inf")), dim=-1)
+        ref = torch.einsum("bhqk,bhkd->bhqd", p, vr).reshape(b, h * nq, d)
+        return [compare("O", s["O"], ref)]
+
+    sets = rotate(make, 4.0 * b * hkv * skv * d)
+    return Case(f"B{b} H{h} HKV{hkv} S{skv} NQ{nq}", [run(s) for s in sets], [lambda s=s: sdpa(s) for s in sets],
+                check, nbytes=4.0 * b * hkv * skv * d + 4.0 * b * h * nq * d,
+                params={"kernel": "decode_spec_ws", "CHUNK": chunk, "NS": ns, "NQ": nq, **params})
+
+
 def splitk_case(m: int, n: int, k_: int) -> Case:
     import torch
 
@@ -594,6 +659,9 @@ OPS: dict[str, tuple[str, Callable[..., Case], list[tuple]]] = {
                   [(4096, 8, 2), (4096, 256, 8), (16384, 128, 8)]),
     "decode": ("split-KV decode attention (examples/decode_attention.arg) vs SDPA", decode_case,
                [(8, 32, 8, 8192), (1, 64, 8, 32768), (32, 32, 8, 2048)]),
+    "decode_spec": ("speculative decode, 16 new queries per sequence (decode_spec_ws of examples/decode_attention.arg) "
+                    "vs SDPA with a lower-right causal mask", spec_case,
+                    [(8, 32, 8, 8192), (1, 64, 8, 32768), (32, 32, 8, 2048)]),
     "splitk": ("split-K GEMM (layer gemm_ws_splitk of examples/gemm_ws.arg) vs torch.matmul", splitk_case,
                [(256, 256, 524288), (512, 512, 131072), (1024, 1024, 65536)]),
 }

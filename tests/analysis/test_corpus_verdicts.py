@@ -33,7 +33,9 @@ UNKNOWN_OK: dict[str, str] = {
 # correct kernels the verifier flags today (each replay does not confirm it), kept so the fix shows
 KNOWN_FALSE_ALARMS: dict[str, str] = {
 }
-SECONDS = 60  # a generous bound for a loaded 2-core machine; the README's table gives the measured times
+SECONDS = 60  # a generous bound for a 2-core machine; the README's table gives the measured times
+# measured in this process's CPU time: tests verify with ARGUS_VERIFY_JOBS=1 (no presolve children), and wall
+# time stretched past the bound when other work shared CI's two cores (three files at 97-114 s, 2026-12-06)
 
 
 def verdicts(path: Path, replay: bool = False) -> list:
@@ -46,7 +48,7 @@ def verdicts(path: Path, replay: bool = False) -> list:
 def test_correct_kernel_is_not_flagged(path, request):
     if path.stem in KNOWN_FALSE_ALARMS:
         request.node.add_marker(pytest.mark.xfail(reason=KNOWN_FALSE_ALARMS[path.stem], strict=True))
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for v in verdicts(path):
         bad = [(f.check, f.message) for f in v.findings if f.status == VIOLATED]
         assert not bad, bad
@@ -54,7 +56,7 @@ def test_correct_kernel_is_not_flagged(path, request):
         assert tested is None or not tested.shapes or tested.ok, tested.render()
         if v.status != "verified":
             assert path.stem in UNKNOWN_OK, [(f.check, f.message) for f in v.findings]
-    assert time.perf_counter() - t0 < SECONDS
+    assert time.process_time() - t0 < SECONDS
 
 
 @pytest.mark.slow

@@ -38,6 +38,7 @@ def _all_kernels() -> list:
             ("gemm_ws.arg", "splitk_reduce", {})]
     out += [("decode_attention.arg", "decode_split", {"GROUP": g, "CHUNK": c}) for g, c in ((8, 512), (4, 128))]
     out += [("decode_attention.arg", "decode_split_ws", p) for p, _ in DECODE_WS]
+    out += [("decode_attention.arg", "decode_spec_ws", p) for p, _ in DECODE_SPEC]
     out += [(kernel_source(lay, c), f"{lay}_{c}.arg", {}) for lay, c in CONSTRUCT_CASES]
     return out
 
@@ -193,12 +194,19 @@ DECODE_WS = [({}, {"B": 2, "H": 16, "HKV": 2, "SKV": 700, "D": 128, "NS": 2}),
              ({"GROUP": 4, "CHUNK": 128}, {"B": 1, "H": 8, "HKV": 2, "SKV": 1000, "D": 128, "NS": 8}),
              ({"CHUNK": 1024, "STAGES": 6}, {"B": 1, "H": 8, "HKV": 1, "SKV": 3000, "D": 128, "NS": 3}),
              ({"BKV": 128, "STAGES": 3, "CHUNK": 1024}, {"B": 2, "H": 16, "HKV": 2, "SKV": 2500, "D": 128, "NS": 3})]
+# speculative decode (NQ query rows per sequence, causal among them): 16 rows x GROUP 8 = two consumer
+# warpgroups; a last split shorter than NQ (empty partials for the first queries: OP = 0, LP = -inf); one row
+DECODE_SPEC = [({}, {"B": 2, "HQS": 256, "HKV": 2, "SKV": 1500, "D": 128, "NS": 3}),
+               ({"NQ": 4, "GROUP": 4, "CHUNK": 128}, {"B": 3, "HQS": 32, "HKV": 2, "SKV": 258, "D": 128, "NS": 3}),
+               ({"NQ": 1}, {"B": 2, "HQS": 16, "HKV": 2, "SKV": 777, "D": 128, "NS": 2})]
 
 
 @gpu
 @pytest.mark.parametrize(("name", "params", "dims"), [("decode_split", p, d) for p, d in DECODE]
-                         + [("decode_split_ws", p, d) for p, d in DECODE_WS],
-                         ids=[f"split{i}" for i in range(len(DECODE))] + [f"ws{i}" for i in range(len(DECODE_WS))])
+                         + [("decode_split_ws", p, d) for p, d in DECODE_WS]
+                         + [("decode_spec_ws", p, d) for p, d in DECODE_SPEC],
+                         ids=[f"split{i}" for i in range(len(DECODE))] + [f"ws{i}" for i in range(len(DECODE_WS))]
+                         + [f"spec{i}" for i in range(len(DECODE_SPEC))])
 def test_decode_split_on_gpu(name: str, params: dict, dims: dict) -> None:
     k = _kernel("decode_attention.arg", name, params)
     for seed in (1, 2):
@@ -255,6 +263,38 @@ def test_decode_attention_layer_on_gpu(b: int, hkv: int, group: int, skv: int, c
     vr = v.double().repeat_interleave(group, dim=1)
     p = torch.softmax(torch.einsum("bhd,bhkd->bhk", q.double(), kr) / d ** 0.5, dim=-1)
     ref = torch.einsum("bhk,bhkd->bhd", p, vr).cpu().numpy()
+    c = compare("O", t["O"].float().cpu().numpy(), ref, DTYPES["bf16"])
+    assert c.ok, c.describe()
+
+
+@gpu
+@pytest.mark.parametrize(("b", "hkv", "group", "nq", "skv", "chunk"),
+                         [(2, 2, 8, 16, 3000, 512), (1, 4, 4, 4, 514, 128)])
+def test_speculative_decode_on_gpu(b: int, hkv: int, group: int, nq: int, skv: int, chunk: int) -> None:
+    """decode_spec_ws then decode_combine against torch in float64: q[B, NQ, H, D] at the cache's last NQ
+    positions, causal among them, passed as head-major rows [B, H * NQ, D]."""
+    import torch
+
+    from argus.interp.run import compare
+
+    d = 128
+    ns = -(-skv // chunk)
+    h = hkv * group
+    q = torch.randn(b, nq, h, d, device="cuda").to(torch.bfloat16)
+    kk = torch.randn(b, hkv, skv, d, device="cuda").to(torch.bfloat16)
+    v = torch.randn(b, hkv, skv, d, device="cuda").to(torch.bfloat16)
+    rows = q.transpose(1, 2).reshape(b, h * nq, d).contiguous()
+    t = {"Q": rows, "K": kk, "V": v, "OP": torch.full((b, h * nq, ns, d), float("nan"), device="cuda"),
+         "LP": torch.full((b, h * nq, ns), float("nan"), device="cuda"),
+         "O": torch.full((b, h * nq, d), float("nan"), device="cuda", dtype=torch.bfloat16)}
+    split = _kernel("decode_attention.arg", "decode_spec_ws", {"GROUP": group, "NQ": nq, "CHUNK": chunk})
+    _layer_run([split, _kernel("decode_attention.arg", "decode_combine", {})], t, {})
+    kr = kk.double().repeat_interleave(group, dim=1)
+    vr = v.double().repeat_interleave(group, dim=1)
+    s = torch.einsum("bqhd,bhkd->bhqk", q.double(), kr) / d ** 0.5
+    qpos = skv - nq + torch.arange(nq, device="cuda")
+    s = s.masked_fill(torch.arange(skv, device="cuda")[None, :] > qpos[:, None], float("-inf"))
+    ref = torch.einsum("bhqk,bhkd->bhqd", torch.softmax(s, dim=-1), vr).reshape(b, h * nq, d).cpu().numpy()
     c = compare("O", t["O"].float().cpu().numpy(), ref, DTYPES["bf16"])
     assert c.ok, c.describe()
 
