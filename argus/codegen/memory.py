@@ -349,19 +349,20 @@ def copy_bulk(em: Emitter, s: ir.Copy) -> None:
             raise unsupported(f"copy_bulk into a view that is not whole {sw}B swizzle atoms", s.span)
     else:
         width = dst.cols
-        if dst.cols != buf.cols or (dst.cols * e) % 16 or dst.cols > TMA_BOX_MAX:
-            raise unsupported("copy_bulk into an unswizzled view that is not whole rows of <= 256 elements "
-                                 "and a multiple of 16 bytes", s.span)
+        if dst.cols != buf.cols or (dst.cols * e) % 16:
+            raise unsupported("copy_bulk into an unswizzled view that is not whole rows of a multiple of "
+                              "16 bytes", s.span)
+        if width > TMA_BOX_MAX:
+            # a box writes its rows densely, so rows longer than a box go one row at a time, in column
+            # pieces: the widest divisor of the row that fits a box and keeps 16-byte pieces (one exists: the
+            # row is a multiple of 16 bytes)
+            width = next(w for w in range(TMA_BOX_MAX, 0, -1) if dst.cols % w == 0 and (w * e) % 16 == 0)
+            _copy_bulk_row_pieces(em, s, src, dst, width)
+            return
     box_rows = min(dst.rows, TMA_BOX_MAX)
     if dst.rows % box_rows:
         raise unsupported(f"copy_bulk of {dst.rows} rows (boxes take at most {TMA_BOX_MAX})", s.span)
-    spec = TmaSpec(src.tensor, box_rows, width, sw, src.row_axis - rank)
-    if spec not in em.tmaps:
-        em.tmaps.append(spec)
-    idx = em.tmaps.index(spec)
-    em.features.add("tma")
-    em.aligned_inputs.add(src.tensor)
-    bar = em.mbar_addr(s.barrier, s.span)
+    idx, bar = _tensor_map(em, s, TmaSpec(src.tensor, box_rows, width, sw, src.row_axis - rank))
     em.line(f"// copy_bulk: {dst.rows}x{dst.cols} {s.dst.dtype} as {dst.cols // width * (dst.rows // box_rows)} "
             f"TMA box(es) of {box_rows}x{width} (tensor map ag_tm{idx})")
     boxes = []
@@ -379,6 +380,40 @@ def copy_bulk(em: Emitter, s: ir.Copy) -> None:
         em.open(f"if ({em.scope.tid} == 0)")
         for b in boxes:
             em.line(b)
+        em.close()
+
+
+def _tensor_map(em: Emitter, s: ir.Copy, spec: TmaSpec) -> tuple[int, str]:
+    """The index of the copy's tensor map (registered once per spec) and its mbarrier's address."""
+    if spec not in em.tmaps:
+        em.tmaps.append(spec)
+    em.features.add("tma")
+    em.aligned_inputs.add(spec.tensor)
+    return em.tmaps.index(spec), em.mbar_addr(s.barrier, s.span)
+
+
+def _copy_bulk_row_pieces(em: Emitter, s: ir.Copy, src: GView, dst: SView, width: int) -> None:
+    """TMA into an unswizzled tile whose rows are longer than a box: one [1, width] box per row piece (a box
+    writes its rows densely, so a taller box would not keep the tile's row pitch)."""
+    rank = len(em.k.tensor(src.tensor).dims)
+    idx, bar = _tensor_map(em, s, TmaSpec(src.tensor, 1, width, 0, src.row_axis - rank))
+    pieces = dst.cols // width
+    em.line(f"// copy_bulk: {dst.rows}x{dst.cols} {s.dst.dtype} as {dst.rows * pieces} TMA box(es) of 1x{width}, "
+            f"a row at a time (tensor map ag_tm{idx})")
+    coords = [src.index(rank - 1, "ag_j * " + str(width))]  # innermost first
+    for ax in reversed(range(rank - 1)):
+        coords.append(src.index(ax, "ag_i") if ax == src.row_axis else src.starts[ax])
+    addr = dst.addr("ag_i", f"ag_j * {width}", swizzled=False)
+    if not em.scope.single:
+        em.open(f"if ({em.scope.tid} == 0)")
+    em.line("#pragma unroll 1")
+    em.open(f"for (int ag_i = 0; ag_i < {dst.rows}; ++ag_i)")
+    em.line("#pragma unroll")
+    em.open(f"for (int ag_j = 0; ag_j < {pieces}; ++ag_j)")
+    em.line(f"ag_tma_load_{rank}d({addr}, &ag_tm{idx}, {bar}, {', '.join(coords)});")
+    em.close()
+    em.close()
+    if not em.scope.single:
         em.close()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from argus.dsl.types import I32, ScalarT
 from argus.ir import nodes as ir
 from argus.ir.transform import walk
 
@@ -52,11 +53,31 @@ def role_nest(role: ir.Role):
         return None
     pre, loop, post = top
     if loop.kind == "persistent":
+        if not any(isinstance(s, ir.For) for s in loop.body):
+            # a persistent loop whose tile is one ring step (a row block of a norm): the tile's body is the
+            # step, seen as a one-trip step loop so the ring's position is the block's tile count
+            return pre, loop, (), _one_step(loop), (), post
         inner = split(loop.body)
         if inner is None or inner[1].kind == "persistent":
             return None
         return pre, loop, inner[0], inner[1], inner[2], post
     return pre, None, (), loop, (), post
+
+
+_ONE_STEP: dict[int, tuple[ir.For, ir.For]] = {}  # by the tile loop's id; the loop kept so its id stays its own
+
+
+def _one_step(loop: ir.For) -> ir.For:
+    """The one-trip step loop around a persistent tile's body; the same node for the same tile loop, so the
+    code generator's and the verifier's tables keyed by a step loop's id agree."""
+    hit = _ONE_STEP.get(id(loop))
+    if hit is None or hit[0] is not loop:
+        one = ir.Const(ScalarT(I32, True), loop.span, 1)
+        zero = ir.Const(ScalarT(I32, True), loop.span, 0)
+        hit = (loop, ir.For(span=loop.span, var=f"{loop.var}#step", start=zero, stop=one, step=one,
+                            body=loop.body, kind="serial"))
+        _ONE_STEP[id(loop)] = hit
+    return hit[1]
 
 
 def _after(post: tuple, release: ir.Arrive, guard: ir.If | None) -> tuple:

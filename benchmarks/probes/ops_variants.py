@@ -29,6 +29,37 @@ import bench_ops as B  # noqa: E402
 
 SHAPES = {op: B.OPS[op][2] for op in ("layernorm", "rmsnorm", "softmax")}
 LOOPED = True  # --no-looped: the whole-row variants only
+TMA = False  # --tma: bench_ops.py's current choice beside the TMA-ring kernels (*_tma) only
+
+
+def tma_variants(n: int) -> list[dict]:
+    """The TMA-ring kernels (rmsnorm_tma, layernorm_tma, softmax_tma): BR rows a stage, CONSUMERS warpgroups,
+    STAGES so that the ring holds about 192 KB of loads in flight per SM; at most 64 elements of the
+    stage per consumer thread (the registers a row needs)."""
+    bn = -(-n // 8) * 8
+    out = []
+    for br in (1, 2, 4, 8):
+        for cons in (1, 2):
+            per = br * bn // (128 * cons)
+            stage = br * bn * 2
+            if per > 64 or per < 8 or stage > 64 * 1024:
+                continue
+            st = min(192 * 1024 // stage, 32)
+            if st >= 2:
+                out.append({"BR": br, "BN": bn, "CONSUMERS": cons, "STAGES": st})
+    return out
+
+
+def _current(op: str, n: int) -> tuple[str, dict]:
+    """The kernel and params bench_ops.py runs for this op and row length."""
+    if op == "softmax":
+        return ("softmax_looped", B._softmax_looped_params()) if n > B.LONG_SOFTMAX \
+            else ("softmax", B._row_params(n, "softmax"))
+    if op == "rmsnorm" and n >= B.LOOPED_FROM:
+        return "rmsnorm_looped", B._looped_params(n)
+    if op == "layernorm" and n > B.LAYERNORM_LOOPED_FROM:
+        return "layernorm_looped", B._layernorm_looped_params(n)
+    return op, B._row_params(n, op)
 
 
 def row_variants(n: int, long_ok: bool) -> list[dict]:
@@ -98,6 +129,14 @@ def norm_variants(which: str, m: int, n: int):
         return F.layer_norm(s["X"], (n,), s["W"], s["B"], eps)
 
     variants = []
+    if TMA:
+        name, p = _current(which, n)
+        k = B.kernel(f"{which}.arg", name, **p)
+        variants.append((f"bench {name} " + _label(p), lambda s, k=k: k.prepare(**s)))
+        for p in tma_variants(n):
+            k = B.kernel(f"{which}.arg", f"{which}_tma", **p)
+            variants.append(("tma " + _label(p), lambda s, k=k: k.prepare(**s)))
+        return make, ref, torch_fn, variants
     for p in row_variants(n, True):
         k = B.kernel(f"{which}.arg", which, **p)
         variants.append((_label(p), lambda s, k=k: k.prepare(**s)))
@@ -121,6 +160,14 @@ def softmax_variants(m: int, n: int):
         return torch.softmax(s["X"], dim=-1)
 
     variants = []
+    if TMA:
+        name, p = _current("softmax", n)
+        k = B.kernel("softmax.arg", name, **p)
+        variants.append((f"bench {name} " + _label(p), lambda s, k=k: k.prepare(X=s["X"], Y=s["Y"])))
+        for p in tma_variants(n):
+            k = B.kernel("softmax.arg", "softmax_tma", **p)
+            variants.append(("tma " + _label(p), lambda s, k=k: k.prepare(X=s["X"], Y=s["Y"])))
+        return make, ref, torch_fn, variants
     for p in row_variants(n, n <= 32768):
         k = B.kernel("softmax.arg", "softmax", **p)
         variants.append((_label(p), lambda s, k=k: k.prepare(X=s["X"], Y=s["Y"])))
@@ -205,9 +252,11 @@ def main() -> int:
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "/tmp"), "ops_variants.json"))
     ap.add_argument("--md", default=os.path.join(os.environ.get("OUT", "/tmp"), "ops_variants.md"))
     ap.add_argument("--no-looped", action="store_true", help="leave out the norms' two-pass (looped) variants")
+    ap.add_argument("--tma", action="store_true", help="bench_ops.py's current kernel beside the TMA-ring kernels")
     args = ap.parse_args()
-    global LOOPED
+    global LOOPED, TMA
     LOOPED = not args.no_looped
+    TMA = args.tma
     copy = B.copy_bandwidth(args.iters)
     print(f"copy bandwidth {copy:.0f} GB/s", flush=True)
     rows = []

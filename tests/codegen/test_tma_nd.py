@@ -95,3 +95,40 @@ def test_copy_bulk_whose_columns_are_not_the_last_axis_is_refused() -> None:
     src = BATCHED.replace("A[b, bm * BM : +BM, k * BK : +BK]", "A[bm * BM : +BM, k * BK : +BK, b]")
     with pytest.raises(ArgusError, match="columns are the tensor's last axis"):
         generate(build_source(src), "bgemm.arg")
+
+
+# Rows longer than a box into an unswizzled tile (the TMA ring of the norms): a box writes its rows densely,
+# so each row goes as pieces of [1, 200] (the widest divisor of 1000 within 256 elements and 16 bytes).
+LONG_ROWS = """
+kernel scale_rows(X: bf16[M, N], Y: bf16[M, N]):
+    param BR = 3
+    param BN = 1000
+    launch grid=(cdiv(M, BR),), threads=128
+    assume(N <= BN)
+    r = block_id(0)
+    x_s = shared(bf16[BR, BN])
+    full = mbarrier(count=1)
+    expect_tx(full, BR * BN * 2)
+    copy_bulk(x_s, X[r * BR : +BR, 0 : +BN], barrier=full)
+    wait(full, 0)
+    store(Y[r * BR : +BR, 0 : +BN], cast(load(x_s) * 2.0, bf16))
+reference:
+    Y = X * 2.0
+"""
+
+
+def test_copy_bulk_of_rows_longer_than_a_box_goes_a_row_at_a_time() -> None:
+    gen = generate(build_source(LONG_ROWS), "rows.arg")
+    (spec,) = gen.tensor_maps
+    assert spec.box(2) == (1, 200) and spec.swizzle == 0
+    src = gen.source
+    assert "for (int ag_i = 0; ag_i < 3; ++ag_i)" in src and "for (int ag_j = 0; ag_j < 5; ++ag_j)" in src
+    assert "ag_tma_load_2d((ag_smem + 0u + (ag_u32)(ag_i * 1000 + ag_j * 200) * 2u), &ag_tm0, (ag_smem + 6000u), " \
+           "(0 + ag_j * 200), ((r * 3) + ag_i));" in src
+    assert build(build_source(LONG_ROWS), arch="sm_90a").result.binary
+
+
+def test_copy_bulk_of_rows_not_a_multiple_of_16_bytes_is_refused() -> None:
+    # 1004 bf16 = 2008 bytes: no 16-byte pieces make up the row
+    with pytest.raises(ArgusError, match="whole rows of a multiple of 16 bytes"):
+        generate(build_source(LONG_ROWS.replace("BN = 1000", "BN = 1004")), "rows.arg")

@@ -126,6 +126,14 @@ CASES = [
     # LayerNorm: one shifted statistics pass over column steps, then the output pass
     ("layernorm.arg", "layernorm_looped", {}, {"M": 37, "N": 8000}),
     ("layernorm.arg", "layernorm_looped", {"BN": 4096, "BC": 1024, "THREADS": 128, "OCC": 12}, {"M": 5, "N": 3001}),
+    # the TMA-ring kernels: rows past M and columns past N (zero-filled boxes), odd row pitches (the runtime
+    # re-pitches X), several laps of the ring per block (M / BR row blocks over 132 blocks)
+    ("rmsnorm.arg", "rmsnorm_tma", {}, {"M": 37, "N": 1000}),
+    ("rmsnorm.arg", "rmsnorm_tma", {"BR": 1, "BN": 8192, "CONSUMERS": 2, "STAGES": 12}, {"M": 3001, "N": 8000}),
+    ("layernorm.arg", "layernorm_tma", {}, {"M": 5003, "N": 1000}),
+    ("layernorm.arg", "layernorm_tma", {"BR": 2, "BN": 4096, "CONSUMERS": 2, "STAGES": 12}, {"M": 700, "N": 4000}),
+    ("softmax.arg", "softmax_tma", {}, {"M": 5003, "N": 777}),
+    ("softmax.arg", "softmax_tma", {"BR": 2, "BN": 2048, "CONSUMERS": 2, "STAGES": 24}, {"M": 1001, "N": 2000}),
     ("transpose.arg", "transpose", {}, {"M": 1000, "N": 333}),
     ("transpose.arg", "transpose", {}, {"M": 4099, "N": 17}),
     ("rope.arg", "rope", {}, {"B": 2, "S": 45, "H": 3, "D": 128, "D2": 64}),
