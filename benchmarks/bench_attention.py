@@ -11,6 +11,12 @@ explicit batch and heads (`SxD[c]:B/H/HKV`): GQA prefill (H 32, HKV 8, causal, S
 short sequences (B 32, H 32, S 512). FLOPs = 4 * B * H * S^2 * D, halved for causal; torch runs GQA with
 enable_gqa=True.
 
+Decode (`--decode`, a section of its own): split-KV attention over a KV cache (examples/decode_attention.arg:
+decode_split_ws + decode_combine, one query per head; decode_spec_ws, 16 new queries per sequence causal among
+themselves) at KV 8k, 32k and 128k with GQA (HKV 8), each checked against float64 and timed beside every
+torch path that takes the shape (SDPA's own choice, each SDPA backend pinned, flash_attn_with_kvcache where
+installed): the rows of benchmarks/bench_ops.py's decode cases at these shapes, ratio to the fastest path.
+
 Each variant is first checked in a child process at small irregular shapes (D 64 and 128, causal and
 not, GQA, SQ != SKV): a faulting kernel then costs only that variant. In the main process, per
 config: fresh random inputs, O poisoned with NaN, one launch of every variant and of each torch
@@ -421,8 +427,29 @@ def markdown(res: dict, iters: int) -> str:
     return "\n".join(lines)
 
 
+DECODE_SHAPES = [(8, 32, 8, 8192), (1, 64, 8, 32768), (1, 32, 8, 131072)]  # (B, H, HKV, SKV)
+
+
+def run_decode(iters: int, md: str, json_path: str) -> int:
+    """The decode section: bench_ops.py's decode and speculative-decode cases at DECODE_SHAPES."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_ops
+
+    table = {"decode": ("split-KV decode, one query per head (decode_split_ws + decode_combine) vs the best torch "
+                        "path", bench_ops.decode_case, DECODE_SHAPES),
+             "decode_spec": ("speculative decode, 16 new queries per sequence (decode_spec_ws + decode_combine) vs "
+                             "the best torch path", bench_ops.spec_case, DECODE_SHAPES)}
+    res = bench_ops.run(list(table), iters, False, table=table)
+    Path(json_path).write_text(json.dumps(res, indent=1))
+    text = bench_ops.markdown(res, iters).replace("# Ops: Argus examples vs torch",
+                                                  "# Decode attention: Argus vs torch")
+    write_markdown(md, "attention-decode", text)
+    return 0 if all(r.get("ok") for r in res["rows"]) else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--decode", action="store_true", help="the decode section only (KV 8k-128k, 1 and 16 queries)")
     ap.add_argument("--variants", default=",".join(v.key for v in VARIANTS))
     ap.add_argument("--configs", default=",".join(config_name(c) for c in CONFIGS),
                     help="SxD, with a trailing c for causal, optionally :B/H/HKV (e.g. 4096x128,8192x128c:1/32/8)")
@@ -430,6 +457,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.child_check:
         return child_check(args.child_check)
+    if args.decode:
+        return run_decode(args.iters, args.md, args.json.replace(".json", "_decode.json"))
     keys = [k for k in args.variants.split(",") if k]
     variants = [pick_variant(VARIANTS, k) for k in keys]  # KEY[P=V;P=V]: params on top of a variant (probes)
     configs = [parse_config(c) for c in args.configs.split(",") if c]

@@ -51,6 +51,9 @@ class Case:
     flops: float = 0.0  # compute-bound
     compiled: list[Callable[[], Any]] | None = None
     params: dict = field(default_factory=dict)
+    # more torch paths for the same op, timed beside `torch` (decode: each SDPA backend that takes the shape,
+    # flash_attn_with_kvcache where installed); the row's best-path ratio takes the fastest of all
+    baselines: dict[str, list[Callable[[], Any]]] = field(default_factory=dict)
 
 
 def kernel(file: str, name: str, dims: dict[str, int] | None = None, **params):
@@ -478,6 +481,44 @@ def moe_route_case(t: int, e: int, k_: int) -> Case:
                 compiled=[lambda s=s: fn(s["logits"]) for s in sets])
 
 
+def sdpa_paths(sets: list[dict], call: Callable[[dict], Any]) -> dict[str, list[Callable[[], Any]]]:
+    """`call` (an SDPA call on one input set) pinned to each backend that takes it (tried once on the first
+    set: a backend that refuses the shape, mask or GQA raises), for timing beside torch's own choice."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    out = {}
+    for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
+                     ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        def pinned(s, be=be):
+            with sdpa_kernel(be):
+                return call(s)
+        try:
+            pinned(sets[0])
+            torch.cuda.synchronize()
+        except (RuntimeError, TypeError, NotImplementedError):
+            continue
+        out[name] = [lambda s=s, f=pinned: f(s) for s in sets]
+    return out
+
+
+def kvcache_path(sets: list[dict], nq: int) -> dict[str, list[Callable[[], Any]]]:
+    """flash_attn_with_kvcache (the flash-attn package) on [B, NQ, H, D] queries over [B, S, HKV, D] caches,
+    causal (lower right) among the NQ new queries, where the package is installed; else nothing. The caches
+    are copied to its layout once per set, outside the timing."""
+    try:
+        from flash_attn import flash_attn_with_kvcache
+    except ImportError:
+        return {}
+    fns = []
+    for s in sets:
+        q = s["q"] if "q" in s else s["Q"][:, :, None, :]
+        qb, kc, vc = q.transpose(1, 2).contiguous(), s["K"].transpose(1, 2).contiguous(), \
+            s["V"].transpose(1, 2).contiguous()
+        fns.append(lambda qb=qb, kc=kc, vc=vc: flash_attn_with_kvcache(qb, kc, vc, causal=nq > 1))
+    return {"flash_attn_with_kvcache": fns}
+
+
 def decode_case(b: int, h: int, hkv: int, skv: int, d: int = 128, blocks: int = 0, sdpa_backend=None,
                 split_kernel: str = "decode_split_ws", **params) -> Case:
     """Split-KV decode (one query per head) vs torch SDPA; the splits give about `blocks` blocks (264: two
@@ -527,9 +568,13 @@ def decode_case(b: int, h: int, hkv: int, skv: int, d: int = 128, blocks: int = 
         return [compare("O", s["O"], torch.einsum("bhk,bhkd->bhd", p, vr))]
 
     sets = rotate(make, 4.0 * b * hkv * skv * d)
+
+    def call(s):
+        return F.scaled_dot_product_attention(s["Q"][:, :, None, :], s["K"], s["V"], enable_gqa=True)
     return Case(f"B{b} H{h} HKV{hkv} S{skv}", [run(s) for s in sets], [lambda s=s: sdpa(s) for s in sets], check,
                 nbytes=4.0 * b * hkv * skv * d + 4.0 * b * h * d,
-                params={"kernel": split_kernel, "CHUNK": chunk, "NS": ns, **params})
+                params={"kernel": split_kernel, "CHUNK": chunk, "NS": ns, **params},
+                baselines={**sdpa_paths(sets, call), **kvcache_path(sets, 1)} if sdpa_backend is None else {})
 
 
 def spec_case(b: int, h: int, hkv: int, skv: int, nq: int = 16, d: int = 128) -> Case:
@@ -594,7 +639,8 @@ def spec_case(b: int, h: int, hkv: int, skv: int, nq: int = 16, d: int = 128) ->
     sets = rotate(make, 4.0 * b * hkv * skv * d)
     return Case(f"B{b} H{h} HKV{hkv} S{skv} NQ{nq}", [run(s) for s in sets], [lambda s=s: sdpa(s) for s in sets],
                 check, nbytes=4.0 * b * hkv * skv * d + 4.0 * b * h * nq * d,
-                params={"kernel": "decode_spec_ws", "CHUNK": chunk, "NS": ns, "NQ": nq, **params})
+                params={"kernel": "decode_spec_ws", "CHUNK": chunk, "NS": ns, "NQ": nq, **params},
+                baselines={**sdpa_paths(sets, sdpa), **kvcache_path(sets, nq)})
 
 
 def splitk_case(m: int, n: int, k_: int) -> Case:
@@ -679,7 +725,8 @@ def copy_bandwidth(iters: int) -> float:
     return 2.0 * src.numel() * 2 / t.median_ms / 1e6
 
 
-def run(ops: list[str], iters: int, use_compile: bool) -> dict:
+def run(ops: list[str], iters: int, use_compile: bool, table: dict | None = None) -> dict:
+    """Every shape of each op of `table` (default OPS) checked, then timed beside its torch paths."""
     import torch
 
     from argus.codegen.nvrtc import nvrtc_version
@@ -692,7 +739,7 @@ def run(ops: list[str], iters: int, use_compile: bool) -> dict:
     print(f"copy bandwidth {copy:.0f} GB/s", flush=True)
     out = {"env": env, "copy_gbs": copy, "rows": []}
     for op in ops:
-        title, make, shapes = OPS[op]
+        title, make, shapes = (table or OPS)[op]
         for shape in shapes:
             t0 = time.time()
             try:
@@ -709,6 +756,7 @@ def run(ops: list[str], iters: int, use_compile: bool) -> dict:
                 fns = {"argus": case.argus, "eager": case.torch}
                 if use_compile and case.compiled is not None:
                     fns["compile"] = case.compiled
+                fns.update(case.baselines)
                 times = time_interleaved(fns, iters)
                 for name, t in times.items():
                     row[f"{name}_ms"] = t.median_ms
@@ -717,6 +765,10 @@ def run(ops: list[str], iters: int, use_compile: bool) -> dict:
                     if case.flops:
                         row[f"{name}_tflops"] = case.flops / t.median_ms / 1e9
                 row["ratio_eager"] = times["eager"].median_ms / times["argus"].median_ms
+                if case.baselines:  # the fastest torch path: torch's own choice or a pinned one
+                    best = min(["eager", *case.baselines], key=lambda n: times[n].median_ms)
+                    row["best_torch"] = best
+                    row["ratio_best"] = times[best].median_ms / times["argus"].median_ms
                 if "compile" in times:
                     row["ratio_compile"] = times["compile"].median_ms / times["argus"].median_ms
                 if case.nbytes:
@@ -726,6 +778,7 @@ def run(ops: list[str], iters: int, use_compile: bool) -> dict:
                     else f"{row.get('argus_tflops', 0):.0f} TFLOP/s")
             print(f"[{op}] {case.shape}: {'ok' if ok else 'WRONG ' + '; '.join(row['checks'])}"
                   + (f" | argus {rate} | vs eager {row['ratio_eager']:.3f}"
+                     + (f" | vs best ({row['best_torch']}) {row['ratio_best']:.3f}" if "ratio_best" in row else "")
                      + (f" | vs compile {row['ratio_compile']:.3f}" if "ratio_compile" in row else "") if ok else "")
                   + f" ({time.time() - t0:.0f}s)", flush=True)
             del case
@@ -747,21 +800,25 @@ def markdown(res: dict, iters: int) -> str:
         "past the L2. Ratio = torch time / Argus time (> 1: Argus faster). GB/s counts the bytes the op must "
         "move (inputs once, outputs once).",
         "",
-        "| op | shape | Argus | torch eager | torch.compile | ratio vs eager | ratio vs compile | % of copy "
-        "| correct |",
-        "|---|---|---:|---:|---:|---:|---:|---:|:---:|",
+        "Where a row times several torch paths (decode: torch's own SDPA choice, each SDPA backend pinned, "
+        "flash_attn_with_kvcache where installed), 'vs best' divides the fastest of them by Argus.",
+        "",
+        "| op | shape | Argus | torch eager | torch.compile | ratio vs eager | ratio vs compile | vs best torch path "
+        "| % of copy | correct |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|:---:|",
     ]
     for r in res["rows"]:
         if not r.get("ok"):
-            lines.append(f"| {r['op']} | {r['shape']} | - | - | - | - | - | - | NO |")
+            lines.append(f"| {r['op']} | {r['shape']} | - | - | - | - | - | - | - | NO |")
             continue
         unit = "gbs" if "argus_gbs" in r else "tflops"
         fmt = (lambda v: f"{v:.0f} GB/s") if unit == "gbs" else (lambda v: f"{v:.0f} TFLOP/s")
         comp = fmt(r[f"compile_{unit}"]) if f"compile_{unit}" in r else "-"
         rc = f"{r['ratio_compile']:.2f}" if "ratio_compile" in r else "-"
         of_copy = f"{r['of_copy']:.0%}" if "of_copy" in r else "-"
+        best = f"**{r['ratio_best']:.3f}** ({r['best_torch']})" if "ratio_best" in r else "-"
         lines.append(f"| {r['op']} | {r['shape']} | {fmt(r[f'argus_{unit}'])} | {fmt(r[f'eager_{unit}'])} | {comp} | "
-                     f"**{r['ratio_eager']:.2f}** | {rc} | {of_copy} | yes |")
+                     f"**{r['ratio_eager']:.2f}** | {rc} | {best} | {of_copy} | yes |")
     lines.append("")
     return "\n".join(lines)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
-ORDER = ("gemm", "attention", "moe", "ops", "tune")  # where a section that is not there yet goes
+ORDER = ("gemm", "attention", "attention-decode", "moe", "ops", "tune")  # where a section that is not there yet goes
 
 
 def update_section(path: Path, name: str, markdown: str) -> None:

@@ -31,10 +31,17 @@ def rope_variants(h: int, d: int) -> list[tuple[str, dict]]:
     return [("rope", {"HD": d, "BS": bs, "THREADS": t}) for bs, t in ((16, 128), (32, 256), (64, 256))]
 
 
+TMA_ONLY = False  # --tma: the bench's transpose beside transpose_tma (a TMA ring, persistent grid) only
+
+
 def transpose_variants() -> list[tuple[str, dict]]:
+    tma = [("transpose_tma", {"BM": bm, "BN": 64, "STAGES": st, "CONSUMERS": c})
+           for bm, st, c in ((64, 8, 1), (64, 16, 1), (64, 16, 2), (128, 8, 2))]
+    if TMA_ONLY:
+        return [("transpose", {"BM": 64, "BN": 64, "THREADS": 256})] + tma
     return [("transpose", {"BM": bm, "BN": bn, "THREADS": t})
             for bm, bn, t in ((64, 64, 256), (64, 64, 128), (32, 128, 256), (128, 64, 256), (128, 128, 512),
-                              (64, 128, 256))]
+                              (64, 128, 256))] + tma
 
 
 def rope_shape(b: int, s_: int, h: int, d: int):
@@ -117,7 +124,10 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "/tmp"), "rope_transpose.json"))
     ap.add_argument("--md", default=os.path.join(os.environ.get("OUT", "/tmp"), "rope_transpose.md"))
+    ap.add_argument("--tma", action="store_true", help="transpose: the bench's kernel beside transpose_tma only")
     args = ap.parse_args()
+    global TMA_ONLY
+    TMA_ONLY = args.tma
     copy = B.copy_bandwidth(args.iters)
     rows = []
     for op in args.ops.split(","):

@@ -135,6 +135,8 @@ CASES = [
     ("softmax.arg", "softmax_tma", {}, {"M": 5003, "N": 777}),
     ("softmax.arg", "softmax_tma", {"BR": 2, "BN": 2048, "CONSUMERS": 2, "STAGES": 24}, {"M": 1001, "N": 2000}),
     ("transpose.arg", "transpose", {}, {"M": 1000, "N": 333}),
+    ("transpose.arg", "transpose_tma", {}, {"M": 1000, "N": 336}),
+    ("transpose.arg", "transpose_tma", {"BM": 128, "STAGES": 8, "CONSUMERS": 2}, {"M": 4099, "N": 4000}),
     ("transpose.arg", "transpose", {}, {"M": 4099, "N": 17}),
     ("rope.arg", "rope", {}, {"B": 2, "S": 45, "H": 3, "D": 128, "D2": 64}),
     ("rope.arg", "rope", {"HD": 64}, {"B": 1, "S": 200, "H": 5, "D": 64, "D2": 32}),
