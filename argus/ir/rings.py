@@ -53,7 +53,7 @@ def role_nest(role: ir.Role):
         return None
     pre, loop, post = top
     if loop.kind == "persistent":
-        if not any(isinstance(s, ir.For) for s in loop.body):
+        if not any(isinstance(s, ir.For) for s in walk(loop.body)):
             # a persistent loop whose tile is one ring step (a row block of a norm): the tile's body is the
             # step, seen as a one-trip step loop so the ring's position is the block's tile count
             return pre, loop, (), _one_step(loop), (), post
