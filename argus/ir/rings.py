@@ -72,6 +72,8 @@ def _one_step(loop: ir.For) -> ir.For:
     code generator's and the verifier's tables keyed by a step loop's id agree."""
     hit = _ONE_STEP.get(id(loop))
     if hit is None or hit[0] is not loop:
+        if len(_ONE_STEP) >= 4096:  # bounded (a long tune run): a dropped entry only gets a new node next time
+            _ONE_STEP.clear()
         one = ir.Const(ScalarT(I32, True), loop.span, 1)
         zero = ir.Const(ScalarT(I32, True), loop.span, 0)
         hit = (loop, ir.For(span=loop.span, var=f"{loop.var}#step", start=zero, stop=one, step=one,
