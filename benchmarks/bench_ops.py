@@ -148,15 +148,22 @@ def _softmax_looped_params() -> dict:
     return {"BC": 4096, "THREADS": 512, "OCC": 4}
 
 
+def kernel_choice(op: str, n: int) -> tuple[str, dict]:
+    """The kernel of `op`'s example file (softmax, rmsnorm, layernorm) and its params for rows of n columns."""
+    if op == "softmax":
+        return ("softmax_looped", _softmax_looped_params()) if n > LONG_SOFTMAX else ("softmax", _row_params(n, op))
+    if op == "rmsnorm" and n >= LOOPED_FROM:
+        return "rmsnorm_looped", _looped_params(n)
+    if op == "layernorm" and n > LAYERNORM_LOOPED_FROM:
+        return "layernorm_looped", _layernorm_looped_params(n)
+    return op, _row_params(n, op)
+
+
 def softmax_case(m: int, n: int) -> Case:
     import torch
 
-    if n > LONG_SOFTMAX:
-        params = _softmax_looped_params()
-        k = kernel("softmax.arg", "softmax_looped", **params)
-    else:
-        params = _row_params(n, "softmax")
-        k = kernel("softmax.arg", "softmax", **params)
+    name, params = kernel_choice("softmax", n)
+    k = kernel("softmax.arg", name, **params)
 
     def run(s):
         return k.prepare(X=s["X"], Y=s["Y"])
@@ -192,15 +199,8 @@ def norm_case(which: str, m: int, n: int) -> Case:
     import torch
     import torch.nn.functional as F
 
-    if which == "rmsnorm" and n >= LOOPED_FROM:
-        params = _looped_params(n)
-        k = kernel("rmsnorm.arg", "rmsnorm_looped", **params)
-    elif which == "layernorm" and n > LAYERNORM_LOOPED_FROM:
-        params = _layernorm_looped_params(n)
-        k = kernel("layernorm.arg", "layernorm_looped", **params)
-    else:
-        params = _row_params(n, which)
-        k = kernel(f"{which}.arg", which, **params)
+    name, params = kernel_choice(which, n)
+    k = kernel(f"{which}.arg", name, **params)
     eps = 1e-6 if which == "rmsnorm" else 1e-5
 
     def make():

@@ -50,18 +50,6 @@ def tma_variants(n: int) -> list[dict]:
     return out
 
 
-def _current(op: str, n: int) -> tuple[str, dict]:
-    """The kernel and params bench_ops.py runs for this op and row length."""
-    if op == "softmax":
-        return ("softmax_looped", B._softmax_looped_params()) if n > B.LONG_SOFTMAX \
-            else ("softmax", B._row_params(n, "softmax"))
-    if op == "rmsnorm" and n >= B.LOOPED_FROM:
-        return "rmsnorm_looped", B._looped_params(n)
-    if op == "layernorm" and n > B.LAYERNORM_LOOPED_FROM:
-        return "layernorm_looped", B._layernorm_looped_params(n)
-    return op, B._row_params(n, op)
-
-
 def row_variants(n: int, long_ok: bool) -> list[dict]:
     """Whole-row configs: 1, 2 and 4 16-byte vectors per thread (THREADS in 32..1024), at short rows
     several rows per block (also a warp per row), each also with full occupancy promised to ptxas."""
@@ -130,7 +118,7 @@ def norm_variants(which: str, m: int, n: int):
 
     variants = []
     if TMA:
-        name, p = _current(which, n)
+        name, p = B.kernel_choice(which, n)
         k = B.kernel(f"{which}.arg", name, **p)
         variants.append((f"bench {name} " + _label(p), lambda s, k=k: k.prepare(**s)))
         for p in tma_variants(n):
@@ -161,7 +149,7 @@ def softmax_variants(m: int, n: int):
 
     variants = []
     if TMA:
-        name, p = _current("softmax", n)
+        name, p = B.kernel_choice("softmax", n)
         k = B.kernel("softmax.arg", name, **p)
         variants.append((f"bench {name} " + _label(p), lambda s, k=k: k.prepare(X=s["X"], Y=s["Y"])))
         for p in tma_variants(n):
