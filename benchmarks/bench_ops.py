@@ -148,10 +148,28 @@ def _softmax_looped_params() -> dict:
     return {"BC": 4096, "THREADS": 512, "OCC": 4}
 
 
+# The TMA-ring kernels (rmsnorm_tma, layernorm_tma) for rows of these lengths: H100 2026-12-07 06:28 UTC,
+# benchmarks/probes/results/ops_tma_2026-12-07.md: RMSNorm 16384x4096 89% of copy against 74% for
+# rmsnorm_looped, 8192x8192 89% (tie); LayerNorm 8192x8192 85% against 75% for layernorm_looped. At 1024
+# columns the whole-row kernels stayed ahead (RMSNorm 90% vs 86%, LayerNorm 92% vs 82%, softmax 93% vs 82%:
+# softmax keeps its whole-row kernel everywhere), and rows past 8192 were not measured.
+TMA_RANGE = {"rmsnorm": (4096, 8192), "layernorm": (8192, 8192)}
+
+
+def _tma_params(n: int) -> dict:
+    """32 elements of a stage per consumer thread on two consumer warpgroups, a ring of about 192 KB: the
+    best of ops_variants.py --tma at every measured shape."""
+    bn = -(-n // 8) * 8
+    br = max(1, 8192 // bn)
+    return {"BR": br, "BN": bn, "CONSUMERS": 2, "STAGES": min(192 * 1024 // (br * bn * 2), 32)}
+
+
 def kernel_choice(op: str, n: int) -> tuple[str, dict]:
     """The kernel of `op`'s example file (softmax, rmsnorm, layernorm) and its params for rows of n columns."""
     if op == "softmax":
         return ("softmax_looped", _softmax_looped_params()) if n > LONG_SOFTMAX else ("softmax", _row_params(n, op))
+    if op in TMA_RANGE and TMA_RANGE[op][0] <= n <= TMA_RANGE[op][1] and n % 8 == 0:
+        return f"{op}_tma", _tma_params(n)
     if op == "rmsnorm" and n >= LOOPED_FROM:
         return "rmsnorm_looped", _looped_params(n)
     if op == "layernorm" and n > LAYERNORM_LOOPED_FROM:
