@@ -115,6 +115,11 @@ VARIANTS = [
             file="tests/analysis/corpus/correct/fa_ws_pipelined_pv.arg"),
     Variant("ws-fa3-bf16-r240", "ws-fa3-bf16 with producer 24 / consumers 240 registers", R240,
             file="tests/analysis/corpus/correct/fa_ws_pipelined_pv_bf16.arg"),
+    Variant("fa3", "flash_attention_ws.arg's kernel flash_attention_ws_fa3 (FA3's order in the example; its own "
+            "registers and stages)", file="examples/flash_attention_ws.arg", kernel="flash_attention_ws_fa3"),
+    Variant("fa3-pp", "flash_attention_ws_fa3 with PINGPONG: the two consumer warpgroups issue QK and P·V in turns "
+            "(`with turn()`), one's wgmmas under the other's softmax", {"PINGPONG": True},
+            file="examples/flash_attention_ws.arg", kernel="flash_attention_ws_fa3"),
     Variant("persist-r240", "flash_attention_ws_persistent with producer 24 / consumers 240 registers", R240,
             file="examples/flash_attention_ws.arg", kernel="flash_attention_ws_persistent"),
     Variant("persist-fa3", "the persistent kernel in FA3's order (QK j, P·V j-1, softmax j), 3 stages (2 at D=256), "

@@ -318,6 +318,8 @@ class Executor(TileRules, RingRules):
                 yield from self.exec_block(s.then if self.decide(c, s.span) else s.orelse)
         elif isinstance(s, ir.AssertTag):
             self.assert_tag(s)
+        elif isinstance(s, ir.Turn):
+            pass  # orders warpgroups, moves no data: the lockstep program is what is proved (ir.Turn)
         elif isinstance(s, (ir.Arrive, ir.ExpectTx, ir.WaitBarrier)) and \
                 (self.ring is not None or self.tile_ring_owns(s.barrier.name)):
             with self.ring_scope(s.barrier.name):

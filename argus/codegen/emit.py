@@ -56,8 +56,10 @@ DEFER_ENV = "ARGUS_WGMMA_WAIT"  # "defer" or "eager": when the generated code wa
 DEFER_DEFAULT = "defer"  # measured on the H200: +12% for the cp.async + wgmma pipeline (RESULTS.md)
 # Statements that neither read registers written by an outstanding wgmma nor write shared memory it
 # may be reading: a deferred wgmma wait can move past them.
-_WGMMA_SAFE = (ir.WaitGroup, ir.Commit, ir.AssertTag, ir.WaitBarrier, ir.AllocShared, ir.Assume)
+_WGMMA_SAFE = (ir.WaitGroup, ir.Commit, ir.AssertTag, ir.WaitBarrier, ir.AllocShared, ir.Assume, ir.Turn)
 SMEM_ALIGN = 1024  # a 128B-swizzle pattern: 8 rows x 128 B
+TURN_BASE = 8  # named barriers TURN_BASE + w order a role's warpgroups in turns; roles' own ids stay below
+TURN_IDS = 16 - TURN_BASE
 
 
 @dataclass
@@ -107,6 +109,8 @@ class Emitter(Expressions):
                  uniform_select: bool = True, bulk_store: bool | None = None,
                  release_lag: bool | None = None) -> None:
         self.k = kernel
+        self.here: Span | None = None  # the statement being emitted (Emitter.at)
+        self.in_turn: ir.Turn | None = None  # inside a `with turn():` block (Emitter.turn)
         if bulk_store is None:
             bulk_store = os.environ.get(bulk_store_mod.STORE_ENV, "tma") != "direct"
         # accumulator stores of warp-specialised roles as TMA stores through shared (codegen/bulk_store.py)
@@ -231,6 +235,7 @@ class Emitter(Expressions):
 
     def at(self, span: Span | None) -> None:
         """Attribute what follows to the `.arg` line of `span`."""
+        self.here = span
         if span is not None and span.line != self.last_line:
             self.lines.append(f'#line {span.line} "{self.path}"')
             self.last_line = span.line
@@ -536,6 +541,13 @@ class Emitter(Expressions):
                 op = "inc" if r.registers > cap else "dec"
                 self.line(f"ag_setmaxnreg_{op}<{r.registers}>();")
             self.line(f"const int ag_rtid = ag_tid - {base * 128};")
+            if r.warpgroups > 1 and any(isinstance(s, ir.Turn) for s in walk_stmts(r.body)):
+                if r.warpgroups > TURN_IDS:
+                    raise error("turn", f"turns take one named barrier per warpgroup: at most {TURN_IDS} "
+                                "warpgroups in the role", r.span)
+                self.line(f"// turns: warpgroup w syncs on named barrier {TURN_BASE} + w, warpgroup w - 1 arrives "
+                          f"on it; the last one opens the first turn")
+                self.line(f"if ((ag_rtid >> 7) == {r.warpgroups - 1}) ag_bar_arrive({TURN_BASE}, 256);")
             self.role_index += 1
             scope = Scope(r.warpgroups * 128, "ag_rtid", self.role_index, single_thread_role(r), parent=self.scope)
             if scope.single:
@@ -599,6 +611,8 @@ class Emitter(Expressions):
             self.line(f"ag_cp_async_wait<{s.n}>();")
         elif isinstance(s, ir.Barrier):
             self.barrier()
+        elif isinstance(s, ir.Turn):
+            self.turn(s)
         elif isinstance(s, ir.Arrive):
             self.arrive(s)
         elif isinstance(s, ir.ExpectTx):
@@ -803,6 +817,11 @@ class Emitter(Expressions):
     def sync_scope(self) -> None:
         """A barrier of the scope's threads (no proxy fence: the scratch is only read by threads). Every
         earlier read of the scope's scratch is done; a region written just before is read after it."""
+        if self.in_turn is not None and self.scope.threads > 128:
+            raise error("turn", "this needs a barrier of the whole role (a reduction or layout change through "
+                        "shared scratch, an arrive counted once per role, or barrier()), which inside a turn "
+                        "never completes: the role's other warpgroups wait for their turn", self.here,
+                        "move it out of the turn")
         if self.scope.bar_id == 0:
             self.line("__syncthreads();")
         else:
@@ -812,6 +831,21 @@ class Emitter(Expressions):
         if self.scratch_claim is not None and self.scratch_claim[0] == key:
             self.scratch_dirty[key].add(self.scratch_claim[1])
             self.scratch_claim = None
+
+    def turn(self, s: ir.Turn) -> None:
+        """A turn's edge (ir.Turn): warpgroup w waits for warpgroup w - 1 to end its turn, and ends its own
+        by letting w + 1 go. One warpgroup: nothing to order."""
+        if self.scope.single:
+            raise error("turn", "a turn in a role that runs on one thread", s.span)
+        groups = self.scope.threads // 128
+        if s.edge == "begin":
+            self.in_turn = s
+            if groups > 1:
+                self.line(f"ag_bar_sync({TURN_BASE} + (ag_rtid >> 7), 256);  // my turn")
+        else:
+            self.in_turn = None
+            if groups > 1:
+                self.line(f"ag_bar_arrive({TURN_BASE} + ((ag_rtid >> 7) + 1) % {groups}, 256);  // the next one's turn")
 
     def barrier(self) -> None:
         if self.scope.single:

@@ -97,4 +97,4 @@ def peel(loop: ir.For) -> tuple[tuple[ir.Stmt, ...], tuple[ir.Stmt, ...], int] |
 
 def blocks_release(s: ir.Stmt) -> bool:
     """Statements a recorded release may not move past: they synchronise or start a loop."""
-    return isinstance(s, (ir.WaitBarrier, ir.Arrive, ir.ExpectTx, ir.Barrier, ir.For))
+    return isinstance(s, (ir.WaitBarrier, ir.Arrive, ir.ExpectTx, ir.Barrier, ir.For, ir.Turn))

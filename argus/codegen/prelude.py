@@ -32,6 +32,9 @@ __device__ __forceinline__ float ag_round_f16(float x) { return __half2float(__f
 __device__ __forceinline__ void ag_bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
+__device__ __forceinline__ void ag_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
 """
 
 CP_ASYNC = r"""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from argus.dsl import ast
+from argus.dsl import ast, turns
 from argus.dsl.bounds import fold_binary
 from argus.dsl.diagnostics import ArgusError, Diagnostic, Span, error
 from argus.dsl.reference import REFERENCE_NAMES
@@ -131,6 +131,9 @@ class _Checker:
         self.tag_fields: set[str] = set()
         self.scalar_loads: dict[str, ast.Expr] = {}  # tensor -> its first scalar load
         self.role_depth = 0
+        self.turn_depth = 0
+        self.enclosing: list[ast.Expr] = []  # `if` conditions and loop iterables inside the current role
+        self.varying: set[str] | None = None  # names that may differ between threads (argus/dsl/turns.py)
         self.pipeline_depth = 0
         self.lambda_vars: list[set[str]] = []
 
@@ -288,8 +291,10 @@ class _Checker:
             if not (isinstance(t, ScalarT)):
                 raise self.err("type", f"an `if` condition must be a scalar, got {_fmt(t)}", s.cond,
                                "for per-element choices use select(cond, a, b)")
+            self.enclosing.append(s.cond)
             self.block(s.body)
             self.block(s.orelse)
+            self.enclosing.pop()
             return None
         if isinstance(s, ast.With):
             return self.with_stmt(s)
@@ -540,14 +545,18 @@ class _Checker:
         self.names[s.var] = ("loop", ScalarT(I32, False))
         if name == "pipeline":
             self.pipeline_depth += 1
+        self.enclosing.append(it)
         self.block(s.body)
+        self.enclosing.pop()
         if name == "pipeline":
             self.pipeline_depth -= 1
 
     def with_stmt(self, s: ast.With) -> None:
         c = s.context
+        if isinstance(c, ast.Call) and c.func_name == "turn":
+            return self.turn_stmt(s)
         if not (isinstance(c, ast.Call) and c.func_name == "role"):
-            raise self.err("type", "`with` takes role(\"producer\"|\"consumer\", warpgroups=N)", c)
+            raise self.err("type", "`with` takes role(\"producer\"|\"consumer\", warpgroups=N) or turn()", c)
         if self.role_depth:
             raise self.err("role", "roles cannot be nested", c)
         if len(c.args) != 1 or not isinstance(c.args[0], ast.Const) or c.args[0].value not in ("producer", "consumer"):
@@ -571,8 +580,33 @@ class _Checker:
             raise self.err("role", "role needs warpgroups=N", c)
         self.types[id(c)] = ROLE
         self.role_depth += 1
+        outer, self.enclosing = self.enclosing, []
         self.block(s.body)
+        self.enclosing = outer
         self.role_depth -= 1
+
+    def turn_stmt(self, s: ast.With) -> None:
+        """`with turn():` -- the role's warpgroups run the block one at a time (argus/dsl/turns.py);
+        `with turn(on):` with a compile-time bool, only when it is true (a tuning switch)."""
+        c = s.context
+        if len(c.args) > 1 or c.kwargs:
+            raise self.err("arity", "turn takes at most one argument: turn() or turn(on), on a compile-time bool", c)
+        if c.args:
+            self.expr(c.args[0])
+            if not isinstance(self.consts.get(id(c.args[0])), bool):
+                raise self.err("not-compile-time", "turn(on) needs a compile-time bool (a literal or a param)",
+                               c.args[0])
+        if not self.role_depth:
+            raise self.err("turn", "a turn orders the warpgroups of a role: put it inside `with role(...)`", c)
+        if self.turn_depth:
+            raise self.err("turn", "turns cannot be nested", c)
+        if self.varying is None:
+            self.varying = turns.varying_names(self.k.body)
+        turns.check_turn(s, self.enclosing, self.varying, self.err)
+        self.types[id(c)] = NONE
+        self.turn_depth += 1
+        self.block(s.body)
+        self.turn_depth -= 1
 
     # ---- expressions ----
     def expr(self, e: ast.Expr) -> Type:

@@ -227,6 +227,8 @@ class BlockMachine:
                                   details={"block": self.block, "values": vals})
         elif isinstance(s, ir.AssertTag):
             pass  # tag relations are proved statically by argus.analysis, not checked at run time
+        elif isinstance(s, ir.Turn):
+            pass  # a turn orders the role's warpgroups on the GPU; it moves no data (ir.Turn)
         elif isinstance(s, ir.Arrive):
             mb = self.barrier(s.barrier, s.span)
             mb.arrivals += 1

@@ -46,6 +46,10 @@ class _Lower:
             return [self.for_stmt(s)]
         if isinstance(s, ast.If):
             return [ir.If(s.span, self.expr(s.cond), self.block(s.body), self.block(s.orelse))]
+        if isinstance(s, ast.With) and s.context.func_name == "turn":
+            on = not s.context.args or self.c.consts[id(s.context.args[0])]
+            body = list(self.block(s.body))
+            return [ir.Turn(s.span, "begin"), *body, ir.Turn(s.span, "end")] if on else body
         if isinstance(s, ast.With):
             c = s.context
             kw = {k.name: self.c.consts[id(k.value)] for k in c.kwargs}

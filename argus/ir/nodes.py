@@ -297,6 +297,23 @@ class Barrier(Stmt):
 
 
 @dataclass(frozen=True)
+class Turn(Stmt):
+    """One edge of a `with turn():` block, which lowering flattens to Turn("begin"), the body, Turn("end")
+    in the enclosing statement list (so every pass sees the body's statements where they were written).
+
+    The role's warpgroups run the block one at a time, round robin in warpgroup order (ping-pong: one
+    warpgroup's tensor-core work is issued while the others run their softmax or epilogue). It orders
+    execution only: no data moves, so the interpreter and the verifier run the body as plain statements.
+    Why that is sound (deadlock freedom; argus/dsl/turns.py refuses what the argument does not cover):
+    control flow around a turn is uniform over the role's warpgroups, so each runs the same sequence of
+    turns; inside a turn no wait follows an arrive and no barrier spans the role, so a warpgroup holding
+    the turn needs nothing that the role's later-turn warpgroups do only in their own turn -- what it waits
+    for, the lockstep program the verifier checks has already done."""
+
+    edge: str = "begin"  # "begin" | "end"
+
+
+@dataclass(frozen=True)
 class Arrive(Stmt):
     barrier: BarrierRef | None = None
 

@@ -102,6 +102,8 @@ def stmts(body, indent: int = 1) -> list[str]:
             out.append(f"{pad}wait_group({s.n})")
         elif isinstance(s, ir.Barrier):
             out.append(f"{pad}barrier()")
+        elif isinstance(s, ir.Turn):
+            out.append(f"{pad}turn_{s.edge}()")
         elif isinstance(s, ir.Arrive):
             out.append(f"{pad}arrive({bar(s.barrier)})")
         elif isinstance(s, ir.WaitBarrier):

@@ -29,6 +29,9 @@ __device__ __forceinline__ float ag_round_f16(float x) { return __half2float(__f
 __device__ __forceinline__ void ag_bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
+__device__ __forceinline__ void ag_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
 
 // cp.async: 16 bytes global -> shared; bytes past src_bytes are zero-filled (0 reads nothing).
 __device__ __forceinline__ void ag_cp_async16(ag_u32 dst, const void* src, int src_bytes) {
