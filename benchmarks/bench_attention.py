@@ -120,6 +120,9 @@ VARIANTS = [
     Variant("fa3-pp", "flash_attention_ws_fa3 with PINGPONG: the two consumer warpgroups issue QK and P·V in turns "
             "(`with turn()`), one's wgmmas under the other's softmax", {"PINGPONG": True},
             file="examples/flash_attention_ws.arg", kernel="flash_attention_ws_fa3"),
+    Variant("persist-pp", "flash_attention_ws_persistent with PINGPONG: the consumer warpgroups issue QK, then P·V, "
+            "in turns", {"PINGPONG": True}, file="examples/flash_attention_ws.arg",
+            kernel="flash_attention_ws_persistent"),
     Variant("persist-r240", "flash_attention_ws_persistent with producer 24 / consumers 240 registers", R240,
             file="examples/flash_attention_ws.arg", kernel="flash_attention_ws_persistent"),
     Variant("persist-fa3", "the persistent kernel in FA3's order (QK j, P·V j-1, softmax j), 3 stages (2 at D=256), "

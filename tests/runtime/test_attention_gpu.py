@@ -70,6 +70,9 @@ CASES = [
     ({"FILE": WS, "KERNEL": FA3E, "HD": 128, "PINGPONG": True, "CAUSAL": True, "GROUP": 4}, (2, 1, 129, 1000)),
     ({"FILE": WS, "KERNEL": FA3E, "HD": 64, "PINGPONG": True, "CAUSAL": True}, (1, 2, 333, 517)),
     ({"FILE": WS, "KERNEL": FA3E, "HD": 64, "PINGPONG": True, "GROUP": 4, "CAUSAL": True}, (1, 1, 333, 200)),
+    ({"FILE": WS, "KERNEL": PERSIST, "HD": 128, "PINGPONG": True, "SMS": 3}, (1, 2, 200, 333)),
+    ({"FILE": WS, "KERNEL": PERSIST, "HD": 128, "PINGPONG": True, "CAUSAL": True, "GROUP": 4, "SMS": 5},
+     (2, 1, 129, 1000)),
 ]
 
 
