@@ -208,11 +208,30 @@ class ShapeSpace:
         return out
 
     def targets(self, big: int = 4096, counting: int = 8) -> list[Shape]:
-        prefs = {n: big if n in self.tiled else self.counting_pref.get(n, counting) for n in self.names}
+        """The timed shape: tiled dims at `big`; a dim the assumes bound below `big` at its bound (a row
+        length a kernel takes up to its tile, assume(N <= BN): timed at 8 columns a norm moved 0.01 TB/s);
+        other counting dims (batch, heads) at `counting`."""
+        prefs: dict[str, int | list[int]] = {}
+        for n in self.names:
+            widest = None if n in self.tiled else self.widest(n, big)
+            prefs[n] = big if n in self.tiled else widest if widest is not None else \
+                self.counting_pref.get(n, counting)
         got = self.solve(prefs, limit=None)
         if got is None:
             raise ProblemError("no target shape satisfies the kernel's assumes over its dims; give --shapes")
         return [got]
+
+    def widest(self, n: str, cap: int) -> int | None:
+        """The largest value of dim `n` the constraints allow with every dim in [1, cap], when they bound
+        it below cap; None when they do not (or the solver gives up)."""
+        o = z3.Optimize()
+        o.set("timeout", 3000)
+        o.add(*self.constraints, *(self.vars[x] >= 1 for x in self.names), *(self.vars[x] <= cap for x in self.names))
+        h = o.maximize(self.vars[n])
+        if o.check() != z3.sat:
+            return None
+        v = h.value()
+        return v.as_long() if z3.is_int_value(v) and v.as_long() < cap else None
 
     def draw(self, prefs: dict[str, int]) -> Shape | None:
         """A valid shape near a drawn one (each size the first of v .. v+15 the assumes allow)."""

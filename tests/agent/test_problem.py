@@ -117,6 +117,20 @@ def test_shapes_follow_the_kernels_assumes(name, kname):
         assert isinstance(inputs, RoutedInputs) and space.names == ("T", "E", "KTOP", "HID", "F")
 
 
+@pytest.mark.parametrize("name,kname,bound", [("rmsnorm.arg", "rmsnorm", "BN"), ("softmax.arg", "softmax", "BN"),
+                                               ("moe_route.arg", "moe_route", "BE")])
+def test_a_dim_the_assumes_bound_is_timed_at_its_bound(name, kname, bound):
+    """A row length the kernel takes up to its tile (assume(N <= BN)) is timed at the tile, not at the
+    counting default of 8 (a norm at 8 columns: 0.01 TB/s in the cost model)."""
+    k = kernel(name, kname)
+    inputs = problem_for(k)
+    space = inputs.space(k)
+    (target,) = default_targets(space, inputs)
+    wide = "E" if kname == "moe_route" else "N"
+    assert target[wide] == dict(k.params)[bound] and not broken_assumes(k, inputs.dims(k, target))
+    assert all(target[d] == 4096 for d in space.tiled)
+
+
 def test_routed_inputs_satisfy_the_contract_for_each_candidates_tile():
     inputs = RoutedInputs()
     shape = {"T": 37, "E": 4, "KTOP": 2, "HID": 72, "F": 80}
