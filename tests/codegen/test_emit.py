@@ -165,6 +165,19 @@ def test_flash_attention_register_spills(params: dict, spill: int) -> None:
     assert res.spill_store_bytes <= spill and res.spill_load_bytes <= spill, res.summary()
 
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel,params", [
+    (k, p) for k in ("flash_attention_ws", "flash_attention_ws_fa3", "flash_attention_ws_persistent")
+    for p in ({"HD": 64}, {"HD": 128}, {"HD": 128, "CAUSAL": True}, {"HD": 256, "CAUSAL": True})
+] + [("flash_attention_ws_fa3", {"PINGPONG": True}), ("flash_attention_ws_persistent", {"PINGPONG": True})])
+def test_warp_specialised_attention_does_not_spill(kernel: str, params: dict) -> None:
+    """The kernels flash_attention_ws routes to keep every value in registers at setmaxnreg 240 / 232 (the
+    FA3 order carries P to the next step as bf16: with an f32 P ptxas spilled 12-48 B at D=128)."""
+    b = build(build_file(EXAMPLES / "flash_attention_ws.arg", params, kernel=kernel), arch="sm_90a", cache=False)
+    (res,) = b.resources.values()
+    assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, res.summary()
+
 ROWS_KERNEL = """
 kernel row_softmax(X: bf16[M, N], W: bf16[N, N], Y: f32[M, N], S: f32[M]):
     launch grid=(cdiv(M, 128),), threads=256
