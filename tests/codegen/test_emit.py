@@ -166,17 +166,25 @@ def test_flash_attention_register_spills(params: dict, spill: int) -> None:
 
 
 
+FA3 = "flash_attention_ws_fa3"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kernel,params", [
-    (k, p) for k in ("flash_attention_ws", "flash_attention_ws_fa3", "flash_attention_ws_persistent")
+@pytest.mark.parametrize("kernel,params,spill", [
+    (k, p, 0) for k in ("flash_attention_ws", "flash_attention_ws_persistent")
     for p in ({"HD": 64}, {"HD": 128}, {"HD": 128, "CAUSAL": True}, {"HD": 256, "CAUSAL": True})
-] + [("flash_attention_ws_fa3", {"PINGPONG": True}), ("flash_attention_ws_persistent", {"PINGPONG": True})])
-def test_warp_specialised_attention_does_not_spill(kernel: str, params: dict) -> None:
-    """The kernels flash_attention_ws routes to keep every value in registers at setmaxnreg 240 / 232 (the
-    FA3 order carries P to the next step as bf16: with an f32 P ptxas spilled 12-48 B at D=128)."""
+] + [(FA3, {"HD": 64}, 0), (FA3, {"HD": 256, "CAUSAL": True}, 0), (FA3, {"HD": 128}, 32),
+     (FA3, {"HD": 128, "CAUSAL": True}, 80), (FA3, {"HD": 128, "PINGPONG": True}, 16),
+     (FA3, {"HD": 128, "CAUSAL": True, "PINGPONG": True}, 112),
+     ("flash_attention_ws_persistent", {"PINGPONG": True}, 0)])
+def test_warp_specialised_attention_register_spills(kernel: str, params: dict, spill: int) -> None:
+    """The kernels flash_attention_ws routes to keep every value in registers at setmaxnreg 240 / 232, except
+    FlashAttention-3's order at D=128, whose P (f32, carried to the next step) ptxas spills a little of: 12-100 B
+    with ping-pong and causal masks (NVRTC 13, 2026-12-07). Carried as bf16 it spills nothing but ran at 0.80 of
+    cuDNN against 0.88 (H100 2026-12-07), so the bound guards against growth, not for zero."""
     b = build(build_file(EXAMPLES / "flash_attention_ws.arg", params, kernel=kernel), arch="sm_90a", cache=False)
     (res,) = b.resources.values()
-    assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, res.summary()
+    assert res.spill_store_bytes <= spill and res.spill_load_bytes <= spill, res.summary()
 
 ROWS_KERNEL = """
 kernel row_softmax(X: bf16[M, N], W: bf16[N, N], Y: f32[M, N], S: f32[M]):
