@@ -12,7 +12,7 @@ import numpy as np
 from argus.dsl.diagnostics import error
 from argus.dsl.reference import evaluate_reference
 from argus.dsl.types import DTYPES
-from argus.interp.numerics import random_ints, round_to, storage_dtype
+from argus.interp.numerics import poison, random_ints, round_to, storage_dtype
 from argus.interp.run import compare
 from argus.layers import Layer, layer_params, outputs_of
 
@@ -27,7 +27,7 @@ def _inputs(layer: Layer, dims: dict[str, int], rng: np.random.Generator) -> dic
         shape = tuple(dims[d] if isinstance(d, str) else d for d in a.dims)
         dt = DTYPES[a.dtype]
         if a.name in outs:
-            arrays[a.name] = np.full(shape, np.nan if dt.is_float else -1, storage_dtype(dt))
+            arrays[a.name] = np.full(shape, poison(dt), storage_dtype(dt))
         elif dt.is_float:
             arrays[a.name] = round_to(rng.standard_normal(shape), dt)
         else:

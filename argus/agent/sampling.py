@@ -22,7 +22,7 @@ import numpy as np
 
 from argus.agent.workload import reference_cost, tensor_shape
 from argus.dsl.reference import evaluate_reference
-from argus.interp.numerics import element_tolerance, random_ints, reference_array, round_to, storage_dtype
+from argus.interp.numerics import element_tolerance, poison, random_ints, reference_array, round_to, storage_dtype
 from argus.ir import nodes as ir
 
 MAX_SLICED_FLOPS = 4e9  # float64 work of one sampled reference evaluation (a few seconds at most)
@@ -40,7 +40,7 @@ def big_inputs(kernel: ir.Kernel, dims: dict[str, int], rng: np.random.Generator
     for t in kernel.tensors:
         shape = tensor_shape(t, dims)
         if t.name in kernel.outputs and t.name not in kernel.inputs:
-            arrays[t.name] = np.full(shape, np.nan if t.dtype.is_float else -1, storage_dtype(t.dtype))
+            arrays[t.name] = np.full(shape, poison(t.dtype), storage_dtype(t.dtype))
         elif t.dtype.is_float:
             k = rng.integers(-127, 127, size=shape, dtype=np.int8)
             k[k == 0] = 127  # never a zero: a structural zero can hide a skipped input element

@@ -503,7 +503,7 @@ class ReferenceContract:
                 matched = []
                 for m in members:
                     hit = direct_index(m, tensors)
-                    if hit is not None:
+                    if hit is not None and _sums_along(m, hit, keys):
                         matched.append((m, hit))
                 steps = [(m, hit) for m in stepwise if (hit := direct_index(m, tensors)) is not None]
                 phantoms.extend(_phantoms(steps, keys, f"{self.count}_{ri}s"))
@@ -527,7 +527,12 @@ class ReferenceContract:
                             distinct = z3.Or(*[p != q for p, q in zip(va, vb)])
                             pairs.append(z3.And(ga, gb, distinct))
                         else:
-                            pairs.append(z3.And(ga, gb))
+                            # two members double count only an element both read, and only where fewer of
+                            # the reference's own sums read it (P + P.T counts the diagonal twice as well)
+                            ca, cb = _coords_at(matched[a], "a"), _coords_at(matched[b], "b")
+                            same = [p == q for t in ca for p, q in zip(ca[t], cb[t])]
+                            pairs.append(z3.And(ga, gb, *same, z3.Not(_reference_reads_twice(sums, tensors, ca,
+                                                                                            f"{self.count}_{ri}"))))
                 for mid, bad in self._pairing(r, keys, matched, str(ri), summed).items():
                     pairing.setdefault(mid, []).append(bad)
                 phantoms.extend(_phantoms(matched, keys, f"{self.count}_{ri}"))
@@ -969,6 +974,49 @@ def _phantoms(matched, keys, tag, axis_only: bool = False) -> list:
         if not z3.is_false(z3.simplify(bad)):
             out.append(bad)
     return out
+
+
+def _coords_at(matched, tag: str) -> dict:
+    """The coordinates of a member's identifying atoms, its variables renamed as _member_at renames them."""
+    m, atoms = matched
+    ren = [(v, z3.Int(f"{v.decl().name()}_{tag}")) for v in m.vars]
+    return {t: [z3.substitute(as_int(c), *ren) if ren else as_int(c) for c in a.coords] for t, a in atoms.items()}
+
+
+def _reference_reads_twice(sums, tensors: set, coords: dict, tag: str):
+    """Whether two of the reference's sums read the element at `coords` (tensor -> coordinates)."""
+    hits = []
+    if len(sums) < 2:
+        return z3.BoolVal(False)
+    for n, r in enumerate(sums):
+        atoms = direct_index(r, tensors)
+        if atoms is None:
+            continue
+        ren = [(v, z3.Int(f"{v.decl().name()}_rt{tag}_{n}")) for v in r.vars]
+        conds = [_renamed(T.zb(r.domain), ren)]
+        for t, want in coords.items():
+            got = [_renamed(as_int(c), ren) for c in atoms[t].coords]
+            if len(got) != len(want):
+                break
+            conds.extend(g == w for g, w in zip(got, want))
+        else:
+            # the sum's own variables are bound here: the formula sits under a negation
+            hits.append(z3.Exists([v2 for _v, v2 in ren], z3.And(*conds)) if ren else z3.And(*conds))
+    return z3.Sum(*[z3.If(h, 1, 0) for h in hits]) >= 2 if len(hits) >= 2 else z3.BoolVal(False)
+
+
+def _renamed(e, ren: list):
+    return z3.substitute(e, *ren) if ren else e
+
+
+def _sums_along(m: T.Red, atoms: dict, keys) -> bool:
+    """Whether member m sums along r's keys: a member with variables of its own must move its coordinate at
+    each key position with them (a column sum sum_k X[k, j] is not a member of the row sum sum_k X[i, k],
+    though both read X). A member without variables (one unrolled step) counts wherever it reads."""
+    if not m.vars:
+        return True
+    names = {v.decl().name() for v in m.vars}
+    return all(p < len(atoms[t].coords) and T.mentions(atoms[t].coords[p], names) for t, p, _v in keys)
 
 
 def _member_at(matched, keys, x, tag):

@@ -202,7 +202,7 @@ def numeric_tier(kernel: ir.Kernel, defines: dict, contexts, seed: int = 1234) -
 
 def _one_sign(kernel: ir.Kernel, arrays: dict, sign: float) -> dict:
     """The float inputs as sign * (|x| + 1/4) in their dtype (never zero); outputs poisoned again."""
-    from argus.interp.numerics import round_to
+    from argus.interp.numerics import poison, round_to
 
     out = {}
     for t in kernel.tensors:
@@ -210,7 +210,7 @@ def _one_sign(kernel: ir.Kernel, arrays: dict, sign: float) -> dict:
         if t.name in kernel.inputs and t.dtype.is_float:
             a = round_to(sign * (np.abs(a.astype(np.float64)) + 0.25), t.dtype)
         elif t.name in kernel.outputs and t.name not in kernel.inputs:
-            a = np.full_like(a, np.nan if t.dtype.is_float else -1)
+            a = np.full_like(a, poison(t.dtype))
         out[t.name] = a.copy()
     return out
 

@@ -461,6 +461,16 @@ class ReferenceTerms:
     def fn_log(self, x, span=None):
         return self.unary("log", x) if isinstance(x, Arr) else ("scalar", "log")
 
+    def fn_log2(self, x, span=None):
+        return self.unary("log2", x) if isinstance(x, Arr) else ("scalar", "log2")
+
+    def fn_rsqrt(self, x, span=None):
+        if isinstance(x, Arr):
+            return self.unary("rsqrt", x)
+        if isinstance(x, (int, float)):
+            return 1.0 / math.sqrt(x)
+        return ("scalar", "rsqrt")
+
     def fn_sqrt(self, x, span=None):
         if isinstance(x, Arr):
             return self.unary("sqrt", x)

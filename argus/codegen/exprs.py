@@ -522,6 +522,8 @@ class Expressions:
                  "sqrt": "sqrtf" if f32 else "sqrt", "rsqrt": "rsqrtf" if f32 else "rsqrt",
                  "tanh": "tanhf" if f32 else "tanh", "erf": "erff" if f32 else "erf",
                  "abs": "fabsf" if f32 else ("fabs" if dt.is_float else "abs")}
+        if fn == "abs" and dt.kind == "uint":
+            return f"({args[0]})"  # |x| of an unsigned value is x (CUDA's abs has no unsigned overload)
         if fn in ("sigmoid", "silu", "gelu"):
             self.features.add("activations")
             return f"ag_{fn}(({ct})({args[0]}))"

@@ -733,6 +733,9 @@ class _Checker:
         dt = promote(_dt(a), _dt(b))
         if e.op in ("<<", ">>", "&", "|", "^", "%", "//") and dt.is_float:
             raise self.err("type", f"'{e.op}' needs integer tiles", e)
+        if e.op == "/" and not dt.is_float:  # Python's / is true division; C's truncates: say which
+            raise self.err("type", "'/' on integer tiles is ambiguous; use '//' for integer division", e,
+                           "or cast an operand to a float type: cast(x, f32) / 2")
         return TileT(dt, shape, "reg")
 
     def broadcast(self, a: Type, b: Type, e: ast.Node) -> tuple[int, ...]:
@@ -1080,6 +1083,8 @@ def _reduce(kind: str):
         shape = t.shape[:ax] + t.shape[ax + 1:]
         if kind == "argmax" and t.dtype == BOOL:
             raise c.err("type", "argmax() needs a numeric tile", e.args[0])
+        if kind == "sum" and t.dtype == BOOL:  # NumPy counts; a bool sum would be an or
+            raise c.err("type", "sum() of a bool tile: cast it to count", e.args[0], "sum(cast(m, i32), axis=...)")
         return TileT(I32 if kind == "argmax" else t.dtype, shape or (1,), "reg")
     return f
 
@@ -1433,12 +1438,11 @@ def _mma(c: _Checker, e: ast.Call) -> Type:
 
 
 def _shfl(c: _Checker, e: ast.Call) -> Type:
-    c.args(e, 2, 2)
-    t = c.tile_arg(e.args[0], "shfl_xor's value", ("reg",))
-    m = c.need_const_int(e.args[1], "the lane mask")
-    if not 0 < m < 32:
-        raise c.err("range", f"lane mask {m} must be in 1..31", e.args[1])
-    return t
+    """Refused: a tile has no lanes in the language (which thread holds which element is the code generator's
+    layout), so a lane exchange has no meaning the interpreter and the verifier could share; the reductions
+    do their own shuffles."""
+    raise c.err("unsupported", "shfl_xor is not part of the language: tiles have no lanes", e,
+                "reduce with sum / max / min / argmax(x, axis=...): the code generator emits the lane shuffles")
 
 
 def _tag(c: _Checker, e: ast.Call) -> Type:

@@ -16,7 +16,7 @@ REFERENCE_NAMES = frozenset({
     "exp", "exp2", "log", "sqrt", "abs", "tanh", "max", "min", "sum", "mean", "maximum", "minimum", "where",
     "transpose", "swapaxes", "reshape", "arange", "zeros", "ones", "full", "softmax", "topk", "silu",
     "take_along_axis", "repeat", "einsum", "causal_mask", "triu", "tril", "matmul", "sigmoid", "one_hot",
-    "float", "int", "expert_of_rows", "erf", "gelu", "argmax", "concatenate", "cumsum",
+    "float", "int", "expert_of_rows", "erf", "gelu", "argmax", "concatenate", "cumsum", "log2", "rsqrt",
 })
 
 
@@ -78,7 +78,8 @@ def _tables():
         "tril": np.tril, "matmul": np.matmul, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
         "one_hot": _one_hot,
         "float": float, "int": int, "expert_of_rows": _expert_of_rows, "erf": _erf, "gelu": _gelu,
-        "argmax": np.argmax, "concatenate": np.concatenate, "cumsum": np.cumsum,
+        "argmax": np.argmax, "concatenate": np.concatenate, "cumsum": np.cumsum, "log2": np.log2,
+        "rsqrt": lambda x: 1.0 / np.sqrt(x),
     }
 
     binops = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "//": np.floor_divide,

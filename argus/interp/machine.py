@@ -541,8 +541,9 @@ class BlockMachine:
              "rsqrt": lambda x: 1.0 / np.sqrt(x), "abs": np.abs, "tanh": np.tanh, "erf": erf,
              "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "silu": lambda x: x / (1.0 + np.exp(-x)),
              "gelu": lambda x: 0.5 * x * (1.0 + erf(x * np.float32(0.7071067811865476)))}[fn]
+        wide = e.type.dtype.is_float and e.type.dtype.bits == 64  # f64 math stays f64 (the GPU calls exp(double))
         with np.errstate(all="ignore"):
-            out = f(np.asarray(args[0], dtype=np.float32) if fn != "abs" else args[0])
+            out = f(np.asarray(args[0], dtype=np.float64 if wide else np.float32) if fn != "abs" else args[0])
         if isinstance(e.type, TileT):
             return round_to(out, e.type.dtype)
         return out.item() if isinstance(out, np.ndarray) else out

@@ -16,6 +16,17 @@ def storage_dtype(dt: DType) -> np.dtype:
                     if dt.kind == "int" else {8: np.uint8, 32: np.uint32}[dt.bits])
 
 
+def poison(dt: DType) -> float | int:
+    """What an output holds before a kernel writes it: NaN for floats, -1 for signed integers, the all-ones
+    pattern for unsigned ones (-1 does not fit a u8)."""
+    if dt.is_float:
+        return np.nan
+    if dt.kind == "bool":
+        return True
+    store = storage_dtype(dt)
+    return -1 if np.issubdtype(store, np.signedinteger) else int(np.iinfo(store).max)
+
+
 def reference_array(a: np.ndarray) -> np.ndarray:
     """An input as the `reference:` block sees it: a copy in float64 (floats) or int64 (integers), so the
     reference computes the mathematical value (i8 100 * 100 is 10000 there; a kernel's i8 product wraps)."""

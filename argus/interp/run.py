@@ -12,7 +12,15 @@ from argus.dsl.reference import evaluate_reference
 from argus.dsl.types import TileT
 from argus.interp.budget import check_dims, check_fits, paced_blocks
 from argus.interp.machine import execute, grid_size
-from argus.interp.numerics import element_tolerance, random_ints, reference_array, round_to, storage_dtype, tolerance
+from argus.interp.numerics import (
+    element_tolerance,
+    poison,
+    random_ints,
+    reference_array,
+    round_to,
+    storage_dtype,
+    tolerance,
+)
 from argus.ir import nodes as ir
 from argus.ir.transform import walk
 
@@ -90,8 +98,7 @@ def make_arrays(kernel: ir.Kernel, dims: dict[str, int], rng: np.random.Generato
     for t in kernel.tensors:
         shape = shape_of(t, dims)
         if t.name in kernel.outputs and t.name not in kernel.inputs:
-            poison = np.nan if t.dtype.is_float else -1
-            arrays[t.name] = np.full(shape, poison, storage_dtype(t.dtype))
+            arrays[t.name] = np.full(shape, poison(t.dtype), storage_dtype(t.dtype))
         elif t.dtype.is_float:
             arrays[t.name] = round_to(rng.standard_normal(shape), t.dtype)
         else:
@@ -101,11 +108,12 @@ def make_arrays(kernel: ir.Kernel, dims: dict[str, int], rng: np.random.Generato
 
 def working_dtype(kernel: ir.Kernel, out: str):
     """The least precise float type a value takes on its way to any output: the output's own, or a tile
-    cast to a narrower float (cast(p, bf16) before an mma). An output is held to this type's tolerance
-    (an fp32 output computed through a bf16 P cannot be more exact than bf16)."""
+    computed in a narrower float (cast(p, bf16) before an mma, x * x of bf16 tiles, a bf16 sum).
+    An output is held to this type's tolerance (an fp32 output computed through a bf16 P cannot be more
+    exact than bf16). Loads are not roundings: the reference reads the same rounded inputs."""
     best = kernel.tensor(out).dtype
     for e in walk(kernel.body):
-        if isinstance(e, ir.Math) and e.fn == "cast" and isinstance(e.type, TileT) and e.type.dtype.is_float:
+        if isinstance(e, (ir.Math, ir.Bin, ir.Reduce)) and isinstance(e.type, TileT) and e.type.dtype.is_float:
             if element_tolerance(e.type.dtype) > element_tolerance(best):
                 best = e.type.dtype
     return best

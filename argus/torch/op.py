@@ -173,7 +173,7 @@ class TorchOp:
 def _interpret(kernel: Kernel, k: ir.Kernel, ins: dict[str, torch.Tensor], outs: dict[str, torch.Tensor],
                scalars: dict[str, Any]) -> None:
     """CPU tensors: the NumPy interpreter over their values (bf16/f16 held in float32, as it stores them)."""
-    from argus.interp.numerics import storage_dtype
+    from argus.interp.numerics import poison, storage_dtype
 
     def host(x: torch.Tensor, t: ir.TensorDecl) -> np.ndarray:
         store = storage_dtype(t.dtype)
@@ -185,7 +185,7 @@ def _interpret(kernel: Kernel, k: ir.Kernel, ins: dict[str, torch.Tensor], outs:
     for n, x in outs.items():  # pure outputs poisoned (NaN / -1): an element the kernel skips shows
         t = decls[n]
         arrays[n] = host(x, t) if n in k.inputs else \
-            np.full(tuple(x.shape), np.nan if t.dtype.is_float else -1, storage_dtype(t.dtype))
+            np.full(tuple(x.shape), poison(t.dtype), storage_dtype(t.dtype))
     kernel.interpret(**arrays, **scalars)
     for n, x in outs.items():
         x.copy_(torch.from_numpy(arrays[n]).to(x.dtype))

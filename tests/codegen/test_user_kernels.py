@@ -110,6 +110,18 @@ KERNELS = [
     # round 3: 8-bit integers (their inputs span the whole i8 range; products widened to i32 first)
     ("int8_rowdot.arg", "int8_rowdot", {"R": 37, "K": 300}, ()),
     ("dequant_i8.arg", "dequant_i8", {"M": 37, "N": 300}, ()),
+    # round 4 (2026-12-07): |x| of an unsigned tile (CUDA's abs has no unsigned overload), f64 math (the
+    # interpreter computed exp in f32), u8 and bool outputs (their poison), an f32 output through bf16
+    # arithmetic (held to bf16's bound), a row sum and a column sum of one tile added and an accumulator
+    # added to its transpose (false "sums X twice" verdicts), log2 and rsqrt in the reference
+    ("u32_abs.arg", "absu", {"N": 300}, ()),
+    ("f64_exp.arg", "f64exp", {"N": 300}, ()),
+    ("u8_copy.arg", "copy_u8", {"N": 300}, ()),
+    ("bool_positive.arg", "pos", {"N": 300}, ()),
+    ("bf16_square.arg", "sq", {"N": 300}, ("Y",)),
+    ("rowsum_plus_colsum.arg", "rowsum_plus_colsum", {"M": 29, "N": 50}, ()),
+    ("gemm_plus_transpose.arg", "gemm_plus_transpose", {"M": 64, "N": 64, "K": 32}, ()),
+    ("log2_rsqrt.arg", "l2r", {"M": 37, "N": 100}, ()),
 ]
 IDS = [f"{k[1]}" for k in KERNELS]
 

@@ -124,7 +124,9 @@ SEMANTIC = [
     ("x = load(A[0:+BM, 0:+BK], masked=1)", "type", "masked= is True or False", 5, 38),
     ("x = tag(zeros(f32[4]))", "arity", "needs at least one field", 5, 9),
     ("wait_async(-1)", "range", "wait_async(n) needs n >= 0", 5, 16),
-    ("x = shfl_xor(zeros(f32[4]), 32)", "range", "lane mask 32 must be in 1..31", 5, 33),
+    ("x = shfl_xor(zeros(f32[4]), 1)", "unsupported", "shfl_xor is not part of the language", 5, 9),
+    ("x = arange(8) / 2", "type", "'/' on integer tiles is ambiguous", 5, 9),
+    ("x = sum(arange(8) < 3, axis=0)", "type", "sum() of a bool tile: cast it to count", 5, 13),
     ("x = exp2(zeros(f32[4]), 2)", "arity", "exp2() takes 1 positional arguments, got 2", 5, 9),
     ("x = load(A[0:+BM, 0:+BK], mask=True)", "unknown-keyword", "load() has no option 'mask'", 5, 31),
 ]
