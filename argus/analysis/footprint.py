@@ -503,7 +503,7 @@ class ReferenceContract:
                 matched = []
                 for m in members:
                     hit = direct_index(m, tensors)
-                    if hit is not None and _sums_along(m, hit, keys):
+                    if hit is not None:
                         matched.append((m, hit))
                 steps = [(m, hit) for m in stepwise if (hit := direct_index(m, tensors)) is not None]
                 phantoms.extend(_phantoms(steps, keys, f"{self.count}_{ri}s"))
@@ -511,10 +511,13 @@ class ReferenceContract:
                     continue
                 x = [z3.Int(f"twice{self.count}_{n}") for n in range(len(keys))]
                 pairs = []
-                for a in range(len(matched)):
-                    for b in range(a, len(matched)):
-                        pa = _member_at(matched[a], keys, x, "a")
-                        pb = _member_at(matched[b], keys, x, "b")
+                # double counting is about members of this sum: a column sum is no member of a row sum (the
+                # pairing below still holds every member to some reference sum)
+                along = [mh for mh in matched if _sums_along(mh[0], mh[1], keys)]
+                for a in range(len(along)):
+                    for b in range(a, len(along)):
+                        pa = _member_at(along[a], keys, x, "a")
+                        pb = _member_at(along[b], keys, x, "b")
                         if pa is None or pb is None:
                             trace.unknowns.append(Unknown("accumulation-coverage", st.span, "a summed coordinate "
                                                           "is not an affine function of the kernel's tile index"))
@@ -529,7 +532,7 @@ class ReferenceContract:
                         else:
                             # two members double count only an element both read, and only where fewer of
                             # the reference's own sums read it (P + P.T counts the diagonal twice as well)
-                            ca, cb = _coords_at(matched[a], "a"), _coords_at(matched[b], "b")
+                            ca, cb = _coords_at(along[a], "a"), _coords_at(along[b], "b")
                             same = [p == q for t in ca for p, q in zip(ca[t], cb[t])]
                             pairs.append(z3.And(ga, gb, *same, z3.Not(_reference_reads_twice(sums, tensors, ca,
                                                                                             f"{self.count}_{ri}"))))

@@ -147,8 +147,9 @@ def test_varlen_attention_on_gpu(case) -> None:
 
 
 def test_flash_attention_ws_routes_by_shape() -> None:
-    """Persistent for short sequences and non-causal D >= 128 up to 8k queries, FA3's order past 8k at D=128,
-    else the first kernel (examples/flash_attention_ws.arg, the measured rule in its comment)."""
+    """Persistent for short sequences and non-causal D >= 128 up to 8k queries, FA3's order with ping-pong past
+    8k queries at D=128 and causal past 1k, else the first kernel (examples/flash_attention_ws.arg, the measured
+    rule in its comment)."""
     import argus
 
     def name(sq: int, hd: int, causal: bool) -> str:
@@ -157,8 +158,12 @@ def test_flash_attention_ws_routes_by_shape() -> None:
 
     assert name(512, 128, True) == name(1024, 64, False) == PERSIST
     assert name(4096, 128, False) == name(8192, 256, False) == PERSIST
-    assert name(4096, 128, True) == name(4096, 64, False) == name(16384, 64, False) == "flash_attention_ws"
-    assert name(16384, 128, False) == name(8200, 128, True) == FA3E
+    assert name(4096, 64, True) == name(4096, 64, False) == name(16384, 64, False) == "flash_attention_ws"
+    assert name(4096, 256, True) == "flash_attention_ws"
+    assert name(16384, 128, False) == name(8200, 128, True) == name(4096, 128, True) == name(2048, 128, True) == FA3E
+    pp = argus.load(EXAMPLES / WS, HD=128, CAUSAL=True).specialized({"B": 1, "H": 2, "HKV": 2, "D": 128,
+                                                                      "SKV": 4096, "SQ": 4096})
+    assert pp.params["PINGPONG"] is True and pp.params["CAUSAL"] is True
 
     k = argus.load(EXAMPLES / WS, HD=64, CAUSAL=True)  # params the reference reads go with the route
     dims = {"B": 1, "H": 2, "HKV": 2, "D": 64, "SKV": 517}
