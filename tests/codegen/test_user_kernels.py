@@ -122,6 +122,7 @@ KERNELS = [
     ("rowsum_plus_colsum.arg", "rowsum_plus_colsum", {"M": 29, "N": 50}, ()),
     ("gemm_plus_transpose.arg", "gemm_plus_transpose", {"M": 64, "N": 64, "K": 32}, ()),
     ("log2_rsqrt.arg", "l2r", {"M": 37, "N": 100}, ()),
+    ("store_bare_mma.arg", "store_bare_mma", {"M": 50, "N": 37, "K": 20}, ()),  # store(C[...], mma(...))
 ]
 IDS = [f"{k[1]}" for k in KERNELS]
 

@@ -30,7 +30,8 @@ def _body(stmts: tuple, fresh) -> tuple:
         for f in dataclasses.fields(s):
             v = getattr(s, f.name)
             if isinstance(v, ir.Expr):
-                nv = _expr(v, True, lets, fresh, s.span)
+                # only a Let names its mma; a stored or added one (store(C[...], mma(...))) gets a tile too
+                nv = _expr(v, isinstance(s, ir.Let), lets, fresh, s.span)
                 if nv is not v:
                     changes[f.name] = nv
             elif isinstance(v, tuple) and v and all(isinstance(x, ir.Stmt) for x in v):
