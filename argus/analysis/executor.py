@@ -103,6 +103,9 @@ class Executor(TileRules, RingRules):
         self.dry = False  # a symbolic ring step: decisions that would fork the path abort it
         self.reading_layout: ir.RegLayout | None = None  # the layout of the tile being computed
         ctx.on_load = self._on_scalar_load
+        ctx.on_div = self._on_divisor
+        self.positive_divisors: set = set()  # z3 ids of divisors positive under the constraints alone
+        self.divisor_sites: set = set()  # (span, divisor id): obliged once
         self.axis_names = {d for t in kernel.tensors for d in t.dims if isinstance(d, str)}
 
     # ---- decisions (path forking) ----
@@ -689,6 +692,28 @@ class Executor(TileRules, RingRules):
     def _on_scalar_load(self, e: ir.Load, idx: tuple) -> None:
         v = View("global", e.ref.base, tuple(simplify_int(i) for i in idx), e.ref.extents, False, (), e.ref.dtype)
         self.trace.global_accesses.append((v, False, "read", e.span, self.step_snapshot(), lambda i: 0))
+
+    def _on_divisor(self, e: ir.Expr, b) -> bool:
+        """A divisor that is not a constant: True where it is positive on this path (z3's Euclidean division
+        is then floor division); otherwise an obligation that it is not zero (integer division by zero is
+        undefined behaviour in CUDA; the interpreter stops on it)."""
+        key = b.get_id()
+        if key in self.positive_divisors:
+            return True
+        for extra, cache in ((self.ctx.constraints, True), (self.path, False)):
+            s = solver(2000, preprocess=True)
+            s.add(*self.ctx.constraints, *(extra if not cache else ()), b <= 0)
+            if s.check() == z3.unsat:
+                if cache:
+                    self.positive_divisors.add(key)
+                return True
+        site = (e.span, key)
+        if site not in self.divisor_sites:
+            self.divisor_sites.add(site)
+            self.trace.obligations.append(Obligation(
+                "division-by-zero", e.span, lambda: f"the divisor {z3.simplify(b)} may be zero (integer division and "
+                "remainder by zero are undefined on the GPU)", b == 0, [], {"divisor": b}, self.step_snapshot()))
+        return False
 
     def scalar_load_tags(self, e: ir.Load) -> ElemTags:
         idx = tuple(simplify_int(self.ev().scalar(x)) for x in e.ref.starts)

@@ -34,6 +34,7 @@ CHECKS = {
                          "allocation",
     "misaligned-copy": "vector and bulk (TMA) copies meet their alignment requirements",
     "deadlock": "every mbarrier wait is eventually satisfied",
+    "division-by-zero": "integer division and remainder never divide by zero",
 }
 
 

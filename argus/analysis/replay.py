@@ -55,8 +55,8 @@ def _stop_confirms(f: Finding, code: str) -> bool:
     read a stage early, overwrite one, or hang."""
     if f.check.startswith("oob"):
         return code == "out-of-bounds"
-    if f.check == "deadlock":
-        return code == "deadlock"
+    if f.check in ("deadlock", "division-by-zero"):
+        return code == f.check
     ring = f.counterexample is not None and "ring position q" in f.counterexample.values
     return ring and code == "deadlock"
 

@@ -135,17 +135,23 @@ def as_int(v):
     return v
 
 
-def zdiv(a, b):
-    """Floor division. z3's Int division is Euclidean, which agrees with floor for positive divisors."""
+def zdiv(a, b, positive: bool = True):
+    """Floor division, as the interpreter and the generated code (ag_floordiv) divide. z3's Int division is
+    Euclidean, which agrees with floor for positive divisors; `positive=False` (a divisor not known to be
+    positive) takes floor(a / b) = (-a) / (-b) for a negative one. A zero divisor is the division-by-zero
+    check's (argus/analysis/checks/obligations.py): z3 leaves x / 0 unconstrained."""
     if isinstance(a, int) and isinstance(b, int):
         return a // b
-    return as_int(a) / as_int(b)
+    a, b = as_int(a), as_int(b)
+    return a / b if positive or isinstance(b, int) else z3.If(b > 0, a / b, (-a) / (-b))
 
 
-def zmod(a, b):
+def zmod(a, b, positive: bool = True):
+    """Floor remainder (the divisor's sign), as zdiv."""
     if isinstance(a, int) and isinstance(b, int):
         return a % b
-    return as_int(a) % as_int(b)
+    a, b = as_int(a), as_int(b)
+    return a % b if positive or isinstance(b, int) else a - b * zdiv(a, b, False)
 
 
 def zmin(a, b):
@@ -188,6 +194,9 @@ class Context:
     applications: list = field(default_factory=list)
     application_ids: set = field(default_factory=set)  # z3 terms are hash-consed: membership by id
     on_load: object = None  # callback(load node, index terms): the executor records the access
+    # callback(node, divisor term) -> the divisor is positive on every path here: the executor obliges a
+    # non-zero divisor (division-by-zero) where it is not; None: divisors of unknown sign divide as floor
+    on_div: object = None
     # assume(lambda i: cond, over=N): (lambda, N term, env at the assume); instantiated by the checks
     # that need them (output coverage), never asserted as quantifiers
     quantified: list = field(default_factory=list)
@@ -202,11 +211,11 @@ class Context:
     def instantiate(self, q, v):
         """The quantified assume q at index v: 0 <= v < N implies cond(v)."""
         lam, over, env = q
-        saved, self.on_load = self.on_load, None
+        saved, self.on_load, self.on_div = (self.on_load, self.on_div), None, None
         try:
             body = to_bool(Evaluator(self, {**env, lam.params[0]: v}).scalar(lam.body))
         finally:
-            self.on_load = saved
+            self.on_load, self.on_div = saved
         body = z3.BoolVal(body) if isinstance(body, bool) else body
         return z3.Implies(z3.And(as_int(v) >= 0, as_int(v) < as_int(over)), body)
 
@@ -292,10 +301,9 @@ class Evaluator:
     def _Bin(self, e: ir.Bin):
         a, b = self.scalar(e.a), self.scalar(e.b)
         op = e.op
-        if op == "//":
-            return zdiv(a, b)
-        if op == "%":
-            return zmod(a, b)
+        if op in ("//", "%"):
+            positive = self._divisor_positive(e, b)
+            return zdiv(a, b, positive) if op == "//" else zmod(a, b, positive)
         if op in ("+", "-", "*"):
             if isinstance(a, int) and isinstance(b, int):
                 return {"+": a + b, "-": a - b, "*": a * b}[op]
@@ -304,6 +312,11 @@ class Evaluator:
         if op == "/":
             return as_int(a) / as_int(b)
         raise Unsupported(f"operator {op} in index arithmetic", e.span)
+
+    def _divisor_positive(self, e: ir.Expr, b) -> bool:
+        if isinstance(b, int):
+            return b > 0
+        return bool(self.ctx.on_div(e, b)) if self.ctx.on_div is not None else False
 
     def _Un(self, e: ir.Un):
         a = self.scalar(e.a)
@@ -335,7 +348,9 @@ class Evaluator:
         args = [self.scalar(a) for a in e.args]
         if e.fn == "cdiv":
             a, b = args
-            return zdiv(a + b - 1, b) if isinstance(b, int) and b > 0 else zdiv(as_int(a) + as_int(b) - 1, b)
+            if isinstance(b, int) and b > 0:
+                return zdiv(a + b - 1, b)
+            return zdiv(as_int(a) + as_int(b) - 1, b, self._divisor_positive(e, b))
         if e.fn == "min":
             return zmin(*args)
         if e.fn == "max":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import z3
 
 from argus.analysis import terms as T
-from argus.analysis.symbolic import Unsupported, as_int, to_bool
+from argus.analysis.symbolic import Unsupported, as_int, simplify_int, to_bool, zdiv, zmod
 from argus.analysis.trace import Obligation, Unknown, View
 from argus.analysis.values import (
     ElemTags,
@@ -231,13 +231,14 @@ class TileRules:
     def _v_Bin(self, e: ir.Bin):
         ops = self._operands((e.a, e.b))
         op = e.op
+        positive = op in ("//", "%") and not e.type.dtype.is_float and self._tile_divisor(e, ops[1])
 
         def vf(vs):
             a, b = vs
             if z3.is_bool(a) or z3.is_bool(b) or isinstance(a, bool):
                 return {"&": z3.And, "|": z3.Or}.get(op, lambda x, y: None)(_bool(a), _bool(b))
             return {"+": lambda: as_int(a) + b, "-": lambda: as_int(a) - b, "*": lambda: as_int(a) * b,
-                    "//": lambda: as_int(a) / b, "%": lambda: as_int(a) % b}.get(op, lambda: None)()
+                    "//": lambda: zdiv(a, b, positive), "%": lambda: zmod(a, b, positive)}.get(op, lambda: None)()
         data_ops = [t.value is None for t in ops]
         if len(ops) == 2 and not any(data_ops):
             # both carry values: one read from an integer tensor's contents beside a pure position mask
@@ -260,6 +261,27 @@ class TileRules:
             layout = next((t.layout for t in tiles if t.layout is not None), None)
             return SymTile(e.type.shape, memo(mtags), layout, None, None)
         return self._elementwise(ops, e.type.shape, lambda ts: combine(ts[0], ts[1], op), vf, op)
+
+    def _tile_divisor(self, e: ir.Bin, d: SymTile) -> bool:
+        """An integer tile divided by `d`: True where every element of d is positive. A scalar divisor is
+        the executor's (_on_divisor); a positional tile (arange-based) is obliged non-zero at a fresh
+        element; a divisor read from data is beyond the values the verifier models: the check is unknown."""
+        if d.value is None:
+            self.trace.unknowns.append(Unknown("division-by-zero", e.span, "an integer division by a tile read from "
+                                               "data (the verifier does not model its values)"))
+            return False
+        if not d.shape:
+            v = d.value(())
+            return v > 0 if isinstance(v, int) else self._on_divisor(e, v)
+        idx = self.fresh_idx(d.shape, "div")
+        v = as_int(d.value(idx))
+        if isinstance(v, int) or z3.is_int_value(z3.simplify(v)):
+            return simplify_int(v) > 0
+        self.trace.obligations.append(Obligation(
+            "division-by-zero", e.span, "an element of the divisor tile may be zero (integer division and "
+            "remainder by zero are undefined on the GPU)", v == 0, self.idx_domain(idx, d.shape),
+            self.idx_vars(idx, "element"), self.step_snapshot()))
+        return False
 
     def _v_Cmp(self, e: ir.Cmp):
         ops = self._operands((e.a, e.b))

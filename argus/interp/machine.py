@@ -496,7 +496,19 @@ class BlockMachine:
 
     def _e_Bin(self, e: ir.Bin):
         a, b = self.eval(e.a), self.eval(e.b)
+        if e.op in ("//", "%"):
+            self._divisor(e, b)
         return _binop(e.op, a, b, e)
+
+    def _divisor(self, e: ir.Expr, b) -> None:
+        """Integer division or remainder by zero is undefined behaviour in CUDA (no trap, no defined value):
+        stop as the verifier's division-by-zero check reports it."""
+        dt = e.type.dtype
+        if dt.is_float or not np.any(np.asarray(b) == 0):
+            return
+        raise InterpError("division-by-zero", "integer division by zero", e.span, f"block {self.block}",
+                          "assume the divisor is not zero (assume(n > 0)) or guard the division",
+                          details={"block": self.block})
 
     def _e_Un(self, e: ir.Un):
         a = self.eval(e.a)
@@ -531,6 +543,7 @@ class BlockMachine:
             return round_to(args[0], e.type.dtype) if isinstance(e.type, TileT) else \
                 (float(args[0]) if e.type.dtype.is_float else int(args[0]))
         if fn == "cdiv":
+            self._divisor(e, args[1])
             return -(-args[0] // args[1])
         if fn in ("min", "max"):
             if all(np.ndim(a) == 0 for a in args):

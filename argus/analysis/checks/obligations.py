@@ -13,7 +13,7 @@ from argus.analysis.solve import check_batch, contract_breaks, counterexample, p
 from argus.ir.threads import copy_thread
 
 CODES = ["mma-contraction", "mma-accumulator", "store-coordinates", "accumulation-coverage", "reference-footprint",
-         "tag-assertion", "uninitialized-read", "async-read-before-wait", "oob-shared"]
+         "tag-assertion", "uninitialized-read", "async-read-before-wait", "oob-shared", "division-by-zero"]
 
 
 def run(a: Analysis) -> dict[str, tuple]:
