@@ -67,13 +67,13 @@ def run_layer(file: str, layer: Layer, defines: dict[str, object], *, gpu: bool,
     if gpu:
         import torch
 
-        from argus.runtime.bench import time_interleaved, to_device
+        from argus.runtime.bench import time_interleaved, to_device, to_host
 
         dev = {n: to_device(x, next(a.dtype for a in layer.node.args if a.name == n)) for n, x in arrays.items()}
         launch = layer.prepare(**dev, **scalars)
         launch()
         torch.cuda.synchronize()
-        got = {o: dev[o].float().cpu().numpy() for o in outs}
+        got = {o: to_host(dev[o]) for o in outs}
         if bench:
             timing = time_interleaved({"argus": [launch]}, iters)["argus"]
     else:

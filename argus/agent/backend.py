@@ -183,7 +183,7 @@ class RuntimeBackend:
                 scalars: dict[str, float], blocks: list[tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
         import torch
 
-        from argus.runtime.bench import to_device
+        from argus.runtime.bench import to_device, to_host
 
         if blocks is not None:
             raise ValueError("the GPU runs the whole grid")
@@ -192,7 +192,7 @@ class RuntimeBackend:
         dev = {t.name: to_device(arrays[t.name], t.dtype.name, gk.device) for t in k.tensors}
         gk(**dev, **scalars)
         torch.cuda.synchronize(gk.device)
-        return {o: (dev[o].float() if dev[o].dtype.is_floating_point else dev[o]).cpu().numpy() for o in k.outputs}
+        return {o: to_host(dev[o]) for o in k.outputs}
 
     def time(self, compiled: Compiled, dims: dict[str, int], *, seed: int, reps: int, input_sets: int) -> Timing:
         import torch

@@ -35,7 +35,8 @@ L2_ROTATE_BYTES = 256 << 20  # input sets rotate over at least this much memory 
 SLEEP_CYCLES = 400_000  # ~0.2 ms of GPU sleep before each sample: the host queues the launch meanwhile
 
 _TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8",
-                 "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "bool": "bool",
+                 "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32",
+                 "u64": "uint64", "bool": "bool",
                  "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
 
 
@@ -119,6 +120,16 @@ class GpuResult:
         return self.baseline.median_ms / self.timing.median_ms
 
 
+def to_host(t) -> np.ndarray:
+    """A device tensor as a host array for the float64 comparison: f64 kept, other floats widened to f32 (bf16
+    and fp8 have no NumPy dtype; f32 holds them exactly), integers as they are."""
+    import torch
+
+    if t.dtype == torch.float64 or not t.dtype.is_floating_point:
+        return t.cpu().numpy()
+    return t.float().cpu().numpy()
+
+
 def to_device(a: np.ndarray, dtype_name: str, device: int = 0):
     import torch
 
@@ -161,8 +172,7 @@ def check_on_gpu(gk, defines: dict[str, object], seed: int | None = None,
     ref = evaluate_reference(k.reference, reference_env(k, host, dims, scalars))
     checks = []
     for o in k.outputs:
-        out = dev[o].float().cpu().numpy() if dev[o].dtype.is_floating_point else dev[o].cpu().numpy()
-        checks.append(compare(o, out, ref[o], k.tensor(o).dtype))
+        checks.append(compare(o, to_host(dev[o]), ref[o], k.tensor(o).dtype))
     return tuple(checks), dims
 
 

@@ -83,7 +83,7 @@ def _check(k, dims: dict, seed: int, criteria: dict | None = None) -> None:
 
     from argus.dsl.reference import evaluate_reference
     from argus.interp.run import compare, make_arrays, reference_env, resolve_scalars
-    from argus.runtime.bench import to_device
+    from argus.runtime.bench import to_device, to_host
 
     gk = _gpu_kernel(k)
     scalars = resolve_scalars(k, dims)
@@ -93,8 +93,7 @@ def _check(k, dims: dict, seed: int, criteria: dict | None = None) -> None:
     torch.cuda.synchronize()
     ref = evaluate_reference(k.reference, reference_env(k, host, {d: dims[d] for d in k.dims}, scalars))
     for o in k.outputs:
-        out = dev[o].float().cpu().numpy() if dev[o].dtype.is_floating_point else dev[o].cpu().numpy()
-        c = compare(o, out, ref[o], (criteria or {}).get(o, k.tensor(o).dtype))
+        c = compare(o, to_host(dev[o]), ref[o], (criteria or {}).get(o, k.tensor(o).dtype))
         assert c.ok, f"{k.name} {dims} seed {seed}: {c.describe()}"
 
 
