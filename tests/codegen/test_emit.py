@@ -176,7 +176,8 @@ FA3 = "flash_attention_ws_fa3"
 ] + [(FA3, {"HD": 64}, 0), (FA3, {"HD": 256, "CAUSAL": True}, 0), (FA3, {"HD": 128}, 32),
      (FA3, {"HD": 128, "CAUSAL": True}, 80), (FA3, {"HD": 128, "PINGPONG": True}, 16),
      (FA3, {"HD": 128, "CAUSAL": True, "PINGPONG": True}, 112),
-     ("flash_attention_ws_persistent", {"PINGPONG": True}, 0)])
+     ("flash_attention_ws_persistent", {"PINGPONG": True}, 0),
+     ("flash_attention_ws_persistent", {"HD": 128, "CAUSAL": True, "BKV": 64, "STAGES": 4}, 0)])
 def test_warp_specialised_attention_register_spills(kernel: str, params: dict, spill: int) -> None:
     """The kernels flash_attention_ws routes to keep every value in registers at setmaxnreg 240 / 232, except
     FlashAttention-3's order at D=128, whose P (f32, carried to the next step) ptxas spills a little of: 12-100 B

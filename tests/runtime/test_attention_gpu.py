@@ -147,9 +147,9 @@ def test_varlen_attention_on_gpu(case) -> None:
 
 
 def test_flash_attention_ws_routes_by_shape() -> None:
-    """Persistent for short sequences and non-causal D >= 128 up to 8k queries, FA3's order with ping-pong past
-    8k queries at D=128 and causal past 1k, else the first kernel (examples/flash_attention_ws.arg, the measured
-    rule in its comment)."""
+    """Persistent for short sequences (64-key steps when causal at D=128) and non-causal D >= 128 up to 8k
+    queries, FA3's order with ping-pong past 8k queries at D=128 and causal past 1k, else the first kernel
+    (examples/flash_attention_ws.arg, the measured rule in its comment)."""
     import argus
 
     def name(sq: int, hd: int, causal: bool) -> str:
@@ -157,6 +157,11 @@ def test_flash_attention_ws_routes_by_shape() -> None:
         return argus.load(EXAMPLES / WS, HD=hd, CAUSAL=causal).specialized(dims).name
 
     assert name(512, 128, True) == name(1024, 64, False) == PERSIST
+    short = argus.load(EXAMPLES / WS, HD=128, CAUSAL=True).specialized({"B": 1, "H": 2, "HKV": 2, "D": 128,
+                                                                         "SKV": 1024, "SQ": 1024})
+    assert short.name == PERSIST and (short.params["BKV"], short.params["STAGES"]) == (64, 4)  # short causal
+    plain = argus.load(EXAMPLES / WS, HD=128).specialized({"B": 1, "H": 2, "HKV": 2, "D": 128, "SKV": 512, "SQ": 512})
+    assert plain.name == PERSIST and plain.params.get("BKV", 128) == 128  # non-causal keeps its 128-key steps
     assert name(4096, 128, False) == name(8192, 256, False) == PERSIST
     assert name(4096, 64, True) == name(4096, 64, False) == name(16384, 64, False) == "flash_attention_ws"
     assert name(4096, 256, True) == "flash_attention_ws"
