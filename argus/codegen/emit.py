@@ -344,10 +344,13 @@ class Emitter(Expressions):
         per SM when their shared memory fits: one block's barrier and copy-issue gaps are then filled by
         the other's MMAs (it caps registers at 32768 / threads)."""
         if any(isinstance(s, ir.Role) for s in self.k.body):
-            if self.k.blocks_per_sm not in (None, 1):
-                raise unsupported(f"blocks_per_sm={self.k.blocks_per_sm} in a kernel with roles", self.k.span,
-                                  "register reallocation (setmaxnreg) needs one block per multiprocessor")
-            return ", 1"
+            # setmaxnreg moves registers inside a block's own allocation (65536 / blocks_per_sm): the roles'
+            # budget is checked against it in the role chain; here the blocks' shared memory must fit
+            occ = self.k.blocks_per_sm or 1
+            if occ * smem > MAX_SMEM + SMEM_ALIGN:
+                raise unsupported(f"blocks_per_sm={occ}: {occ} blocks of {smem} B of shared memory do not fit a "
+                                  "multiprocessor", self.k.span, "lower blocks_per_sm or the shared buffers")
+            return f", {occ}"
         if self.k.blocks_per_sm is not None:  # the kernel's own launch option wins
             if self.k.blocks_per_sm * smem > MAX_SMEM + SMEM_ALIGN:
                 raise unsupported(f"blocks_per_sm={self.k.blocks_per_sm}: {self.k.blocks_per_sm} blocks of "
@@ -512,13 +515,17 @@ class Emitter(Expressions):
         if self.k.threads % 128 or total > groups:
             raise error("codegen", f"the roles need {total} warpgroups but the block has {self.k.threads} threads",
                         roles[0].span, "launch with warpgroups= covering every role")
-        cap = min(255, 65536 // self.k.threads // 8 * 8)  # registers per thread under __launch_bounds__(T, 1)
+        # registers per thread under __launch_bounds__(T, blocks_per_sm): the block's allocation, which
+        # setmaxnreg redistributes among its warps (one block per SM unless the launch asks for more)
+        occ = self.k.blocks_per_sm or 1
+        cap = min(255, 65536 // (occ * self.k.threads) // 8 * 8)
         budget = sum(r.warpgroups * 128 * (r.registers or cap) for r in roles)
-        if any(r.registers is not None for r in roles) and budget > 65536:
+        if any(r.registers is not None for r in roles) and budget > 65536 // occ:
             split = ", ".join(f"{r.kind}: {r.warpgroups} warpgroup(s) x {r.registers or cap}" for r in roles)
-            raise error("codegen", f"the roles' registers= ask for {budget} registers ({split}); a multiprocessor "
-                        "has 65536", roles[0].span, "lower registers= so that the roles' sum fits 65536 / 128 per "
-                        "warpgroup, or use fewer warpgroups")
+            where = "a multiprocessor has 65536" if occ == 1 else f"each of {occ} blocks per SM has {65536 // occ}"
+            raise error("codegen", f"the roles' registers= ask for {budget} registers ({split}); {where}",
+                        roles[0].span, f"lower registers= so that the roles' sum fits {65536 // occ // 128} per "
+                        "warpgroup, or use fewer warpgroups" + (" or blocks_per_sm" if occ > 1 else ""))
         # setmaxnreg only when a role asks for more than the cap every thread gets at entry
         redistribute = any((r.registers or 0) > cap for r in roles)
         self.at(roles[0].span)

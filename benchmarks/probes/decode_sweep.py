@@ -22,7 +22,11 @@ import bench_ops  # noqa: E402
 SHAPES = [(8, 32, 8, 8192), (1, 64, 8, 32768), (32, 32, 8, 2048), (1, 32, 8, 131072), (4, 32, 8, 65536)]
 VARIANTS = ([(264, {"split_kernel": "decode_split", "STAGES": 2, "BKV": 64})]  # the bench's before 2026-12-06
             + [(blocks, {"split_kernel": "decode_split_ws", "STAGES": st, "BKV": bkv})
-               for bkv, st in ((64, 4), (64, 6), (128, 2), (128, 3)) for blocks in (0, 132, 264)])
+               for bkv, st in ((64, 4), (64, 6), (128, 2), (128, 3)) for blocks in (0, 132, 264)]
+            # two blocks per multiprocessor (launch blocks_per_sm=2: the roles split half the registers, 24 + 232;
+            # the ring must fit half the shared memory)
+            + [(blocks, {"split_kernel": "decode_split_ws", "STAGES": st, "BKV": 64, "OCCUPANCY": 2})
+               for st in (2, 3) for blocks in (264, 528)])
 
 
 def main() -> int:
@@ -35,6 +39,8 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--json", default="-")
     ap.add_argument("--shapes", default="")
+    ap.add_argument("--only", default="", help="comma-separated substrings: time only the variants whose label "
+                    "has one (e.g. 'b0 s3 kv128,occ2')")
     args = ap.parse_args()
     shapes = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
     out = {"env": gpu_description(), "rows": []}
@@ -56,7 +62,9 @@ def main() -> int:
         for blocks, params in VARIANTS:
             label = (f"argus{'-ws' if params['split_kernel'] == 'decode_split_ws' else ''} b{blocks or 'fit'} "
                      f"s{params['STAGES']} "
-                     f"kv{params['BKV']}")
+                     f"kv{params['BKV']}" + (f" occ{params['OCCUPANCY']}" if "OCCUPANCY" in params else ""))
+            if args.only and not any(x in label for x in args.only.split(",")):
+                continue
             try:
                 case = bench_ops.decode_case(*shape, blocks=blocks, **params)
                 checks = case.check()

@@ -392,6 +392,28 @@ def test_launch_blocks_per_sm_is_the_occupancy_promised_to_ptxas() -> None:
     assert "__launch_bounds__(512, 1)" in default.generated.source
 
 
+def test_roles_at_two_blocks_per_sm_redistribute_half_the_registers() -> None:
+    """With roles, blocks_per_sm=2 is __launch_bounds__(256, 2) (128 registers per thread at entry) and the
+    roles' setmaxnreg must fit the block's half of the register file: 24 + 232 does, 24 + 240 (the one-block
+    split) is refused, as is a ring whose two blocks' shared memory does not fit."""
+    from argus.codegen.compile import build
+    from argus.dsl.diagnostics import ArgusError
+    from argus.ir.build import build_file
+    from tests.conftest import EXAMPLES
+
+    path = EXAMPLES / "decode_attention.arg"
+    b = build(build_file(path, {"OCCUPANCY": 2, "STAGES": 2}, kernel="decode_split_ws"), arch="sm_90a", cache=False)
+    src = b.generated.source
+    assert "__launch_bounds__(256, 2)" in src
+    assert "ag_setmaxnreg_dec<24>" in src and "ag_setmaxnreg_inc<232>" in src
+    assert not any(r.spills for r in b.resources.values())
+    for params, message in (({"OCCUPANCY": 2, "STAGES": 2, "CONSUMER_REGS": 240}, "each of 2 blocks per SM"),
+                            ({"OCCUPANCY": 2, "STAGES": 2, "BKV": 128}, "do not fit a multiprocessor")):
+        with pytest.raises(ArgusError) as e:
+            build(build_file(path, params, kernel="decode_split_ws"), arch="sm_90a", cache=False)
+        assert message in str(e.value)
+
+
 @pytest.mark.parametrize("opt, message", [
     ("blocks_per_sm=5", "a multiprocessor holds at most 2048 threads"),
     ("blocks_per_sm=-1", "a multiprocessor holds at most 2048 threads"),

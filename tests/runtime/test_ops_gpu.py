@@ -202,7 +202,9 @@ DECODE = [({}, {"B": 2, "H": 16, "HKV": 2, "SKV": 700, "D": 128, "NS": 2}),
 DECODE_WS = [({}, {"B": 2, "H": 16, "HKV": 2, "SKV": 700, "D": 128, "NS": 2}),
              ({"GROUP": 4, "CHUNK": 128}, {"B": 1, "H": 8, "HKV": 2, "SKV": 1000, "D": 128, "NS": 8}),
              ({"CHUNK": 1024, "STAGES": 6}, {"B": 1, "H": 8, "HKV": 1, "SKV": 3000, "D": 128, "NS": 3}),
-             ({"BKV": 128, "STAGES": 3, "CHUNK": 1024}, {"B": 2, "H": 16, "HKV": 2, "SKV": 2500, "D": 128, "NS": 3})]
+             ({"BKV": 128, "STAGES": 3, "CHUNK": 1024}, {"B": 2, "H": 16, "HKV": 2, "SKV": 2500, "D": 128, "NS": 3}),
+             # two blocks per multiprocessor: the roles' setmaxnreg inside half the register file (24 + 232)
+             ({"OCCUPANCY": 2, "STAGES": 2}, {"B": 3, "H": 16, "HKV": 2, "SKV": 1900, "D": 128, "NS": 4})]
 # speculative decode (NQ query rows per sequence, causal among them): 16 rows x GROUP 8 = two consumer
 # warpgroups; a last split shorter than NQ (empty partials for the first queries: OP = 0, LP = -inf); one row
 DECODE_SPEC = [({}, {"B": 2, "HQS": 256, "HKV": 2, "SKV": 1500, "D": 128, "NS": 3}),
