@@ -104,7 +104,6 @@ class Executor(TileRules, RingRules):
         self.reading_layout: ir.RegLayout | None = None  # the layout of the tile being computed
         ctx.on_load = self._on_scalar_load
         ctx.on_div = self._on_divisor
-        self.positive_divisors: set = set()  # z3 ids of divisors positive under the constraints alone
         self.divisor_sites: set = set()  # (span, divisor id): obliged once
         self.axis_names = {d for t in kernel.tensors for d in t.dims if isinstance(d, str)}
 
@@ -698,15 +697,12 @@ class Executor(TileRules, RingRules):
         is then floor division); otherwise an obligation that it is not zero (integer division by zero is
         undefined behaviour in CUDA; the interpreter stops on it)."""
         key = b.get_id()
-        if key in self.positive_divisors:
+        if self.ctx.positive(b):
             return True
-        for extra, cache in ((self.ctx.constraints, True), (self.path, False)):
-            s = solver(2000, preprocess=True)
-            s.add(*self.ctx.constraints, *(extra if not cache else ()), b <= 0)
-            if s.check() == z3.unsat:
-                if cache:
-                    self.positive_divisors.add(key)
-                return True
+        s = solver(2000, preprocess=True)
+        s.add(*self.ctx.constraints, *self.path, b <= 0)
+        if s.check() == z3.unsat:
+            return True
         site = (e.span, key)
         if site not in self.divisor_sites:
             self.divisor_sites.add(site)

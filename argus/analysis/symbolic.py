@@ -197,6 +197,7 @@ class Context:
     # callback(node, divisor term) -> the divisor is positive on every path here: the executor obliges a
     # non-zero divisor (division-by-zero) where it is not; None: divisors of unknown sign divide as floor
     on_div: object = None
+    positive_terms: dict = field(default_factory=dict)  # z3 id -> positive under `constraints` (Context.positive)
     # assume(lambda i: cond, over=N): (lambda, N term, env at the assume); instantiated by the checks
     # that need them (output coverage), never asserted as quantifiers
     quantified: list = field(default_factory=list)
@@ -207,6 +208,16 @@ class Context:
     segments: dict[str, str] = field(default_factory=dict)
     # (id of a quantified assume, index) -> (it, its instance): contract_breaks scans the same indices per model
     instances: dict = field(default_factory=dict)
+
+    def positive(self, b) -> bool:
+        """b > 0 under the configuration's constraints alone (dims >= 1, block ids in the grid, assumes so far)."""
+        key = b.get_id()
+        hit = self.positive_terms.get(key)
+        if hit is None:
+            s = solver(1000, preprocess=True)
+            s.add(*self.constraints, as_int(b) <= 0)
+            hit = self.positive_terms[key] = s.check() == z3.unsat
+        return hit
 
     def instantiate(self, q, v):
         """The quantified assume q at index v: 0 <= v < N implies cond(v)."""
@@ -316,7 +327,9 @@ class Evaluator:
     def _divisor_positive(self, e: ir.Expr, b) -> bool:
         if isinstance(b, int):
             return b > 0
-        return bool(self.ctx.on_div(e, b)) if self.ctx.on_div is not None else False
+        if self.ctx.on_div is not None:
+            return bool(self.ctx.on_div(e, b))
+        return self.ctx.positive(b)
 
     def _Un(self, e: ir.Un):
         a = self.scalar(e.a)
@@ -350,7 +363,9 @@ class Evaluator:
             a, b = args
             if isinstance(b, int) and b > 0:
                 return zdiv(a + b - 1, b)
-            return zdiv(as_int(a) + as_int(b) - 1, b, self._divisor_positive(e, b))
+            if self._divisor_positive(e, b):
+                return zdiv(as_int(a) + as_int(b) - 1, b)
+            return -zdiv(-as_int(a), b, False)  # ceil(a / b) for either sign, as ag_cdiv and the interpreter
         if e.fn == "min":
             return zmin(*args)
         if e.fn == "max":

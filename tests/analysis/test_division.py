@@ -89,3 +89,30 @@ def test_the_interpreter_stops_on_a_zero_divisor():
         execute(k, arrays, {"CAP": 4, "D": 64, "T": 3}, {"start": 0, "cap": 0})
     assert e.value.diagnostics[0].code == "division-by-zero"
     assert e.value.diagnostics[0].span.line == 8
+
+
+CHUNKS = """
+kernel row_sum_chunks(X: f32[M, D], Out: f32[M, 1], chunk: i32 = 64):
+    param BD = 64
+    launch grid=(M,), threads=128
+    assume({assume})
+    r = block_id(0)
+    acc = zeros(f32[1, BD])
+    for c in range(cdiv(D, chunk)):
+        x = load(X[r : +1, c * chunk : +BD])
+        acc = acc + select(arange(BD)[None, :] < chunk, x, 0.0)
+    store(Out[r : +1, 0 : +1], sum(acc, axis=1)[:, None])
+reference:
+    Out = sum(X, axis=1)[:, None]
+"""
+
+
+def test_cdiv_by_a_divisor_of_either_sign_is_a_ceiling():
+    # chunk < 0: cdiv(D, chunk) = ceil(D / chunk) <= 0 trips, the row is never summed (ag_cdiv and the
+    # interpreter take the ceiling for either sign; (D + chunk - 1) / chunk does not)
+    assert verify(build_source(CHUNKS.format(assume="chunk >= 1 and chunk <= BD"))).status == VERIFIED
+    r = verify(build_source(CHUNKS.format(assume="chunk != 0 and chunk <= BD")))
+    bad = _violations(r)
+    assert "division-by-zero" not in bad and bad, r.findings
+    f = next(iter(bad.values()))
+    assert f.counterexample.scalars["chunk"] < 0 and f.replay.confirmed, (f.check, f.replay)
