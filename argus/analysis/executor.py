@@ -105,6 +105,7 @@ class Executor(TileRules, RingRules):
         ctx.on_load = self._on_scalar_load
         ctx.on_div = self._on_divisor
         self.divisor_sites: set = set()  # (span, divisor id): obliged once
+        self.divisor_answers: dict = {}  # (divisor id, constraints, path) -> positive there
         self.axis_names = {d for t in kernel.tensors for d in t.dims if isinstance(d, str)}
 
     # ---- decisions (path forking) ----
@@ -699,9 +700,14 @@ class Executor(TileRules, RingRules):
         key = b.get_id()
         if self.ctx.positive(b):
             return True
-        s = solver(2000, preprocess=True)
-        s.add(*self.ctx.constraints, *self.path, b <= 0)
-        if s.check() == z3.unsat:
+        # a division in a loop body is met once per trip with the same path: ask the solver once
+        at = (key, len(self.ctx.constraints), tuple(c.get_id() if isinstance(c, z3.ExprRef) else c for c in self.path))
+        hit = self.divisor_answers.get(at)
+        if hit is None:
+            s = solver(2000, preprocess=True)
+            s.add(*self.ctx.constraints, *self.path, b <= 0)
+            hit = self.divisor_answers[at] = s.check() == z3.unsat
+        if hit:
             return True
         site = (e.span, key)
         if site not in self.divisor_sites:
