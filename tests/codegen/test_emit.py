@@ -400,3 +400,15 @@ reference:
 """)
     b = build(k, arch="sm_90a", cache=False)
     assert "< (R - 1)" in b.generated.source and b.result.binary
+
+
+@pytest.mark.parametrize("params", [{}, {"K": 4, "BT": 16, "BE": 32}])
+def test_moe_sort_compiles_without_spills(params: dict) -> None:
+    """examples/moe_route.arg's second kernel (the compile test above builds each file's first): one-hot
+    counts and [BT, BT] rank comparisons in registers, sm_90a and sm_80 (no Hopper instruction)."""
+    path = EXAMPLES / "moe_route.arg"
+    k = build_file(path, params, "moe_sort")
+    for arch in ("sm_90a", "sm_80"):
+        b = build(k, arch=arch, path=_rel(path), cache=False)
+        (res,) = b.resources.values()
+        assert res.registers > 0 and res.spill_store_bytes == 0 and res.spill_load_bytes == 0

@@ -161,3 +161,35 @@ reference:
     assert k.metadata is None
     res = run_interp(k, {"N": 100, "C": 32, "S1": 5}, seed=1)
     assert res.ok, [c.describe() for c in res.checks]
+
+
+ROUTE = EXAMPLES / "moe_route.arg"
+
+
+def _sorted_on_interp(ids: np.ndarray, experts: int, params: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    k = build_file(ROUTE, {"K": ids.shape[1], **(params or {})}, "moe_sort")
+    pos = np.full(ids.shape, -7, np.int32)  # poisoned: every element must be written
+    offs = np.full(experts + 1, -7, np.int32)
+    execute(k, {"topk_ids": ids, "pos": pos, "offs": offs}, {"T": ids.shape[0], "KTOP": ids.shape[1],
+                                                             "E1": experts + 1}, {})
+    return pos, offs
+
+
+@pytest.mark.parametrize(("t", "e", "k", "params"), [(37, 4, 2, {}), (150, 8, 2, {"BT": 32}),
+                                                     (70, 16, 4, {"BT": 16, "BE": 32})])
+def test_moe_sort_matches_the_host_sort(t, e, k, params):
+    """moe_sort (examples/moe_route.arg) against argus.moe.sort_rows on a real top-k routing: several
+    blocks, a last block past T, an expert without pairs, K = 4."""
+    logits = np.random.default_rng(t).standard_normal((t, e))
+    logits[:, 1] = -1e9  # expert 1 gets no pair
+    ids, _ = moe.route(logits, k)
+    pos, offs = _sorted_on_interp(ids, e, params)
+    rows = moe.sort_rows(ids, e)
+    assert offs.tolist() == rows.offs.tolist()
+    assert pos.tolist() == rows.pos.tolist()
+
+
+def test_moe_sort_refuses_an_id_outside_its_experts():
+    ids = np.array([[0, 1], [2, 4]], np.int32)  # 4 is not an expert of 4
+    with pytest.raises(ArgusError, match="assume"):
+        _sorted_on_interp(ids, 4)

@@ -89,3 +89,23 @@ def test_cli_runs_moe_kernels_on_a_real_routing(name: str, capsys) -> None:
                  "--bench", "--iters", "3"]) == 0
     out = capsys.readouterr().out
     assert "ok   " in out and "GB/s" in out, out
+
+
+@gpu
+@pytest.mark.parametrize(("t", "e", "k", "params"), [(5000, 64, 2, {}), (333, 8, 2, {"BT": 32}),
+                                                     (1000, 16, 4, {"BT": 16, "BE": 32})])
+def test_moe_sort_on_gpu(t: int, e: int, k: int, params: dict) -> None:
+    """examples/moe_route.arg's moe_sort on the GPU against argus.moe.sort_rows (exact), outputs poisoned."""
+    import torch
+
+    logits = np.random.default_rng(t).standard_normal((t, e))
+    logits[:, 1] = -1e9  # an expert without pairs
+    ids, _ = moe.route(logits, k)
+    kern = _gpu_kernel(build_file(EXAMPLES / "moe_route.arg", {"K": k, **params}, "moe_sort"))
+    pos = torch.full((t, k), -7, dtype=torch.int32, device="cuda")
+    offs = torch.full((e + 1,), -7, dtype=torch.int32, device="cuda")
+    kern(topk_ids=torch.from_numpy(ids).cuda(), pos=pos, offs=offs)
+    torch.cuda.synchronize()
+    rows = moe.sort_rows(ids, e)
+    assert offs.cpu().numpy().tolist() == rows.offs.tolist()
+    assert (pos.cpu().numpy() == rows.pos).all()
