@@ -25,6 +25,10 @@ Metadata (all int32):
   the schedule contract with it (assume(lambda ..., over=...)), which is what lets the verifier prove
   that every row of Hs / Ys is written exactly once.
 
+On the GPU, `route_on_gpu()` computes the same metadata (and Xs) with the kernels of examples/moe_route.arg
+(moe_route, moe_sort, moe_schedule, moe_rows, moe_gather); only the tile count, which sets the next
+kernels' grid, is read back to the host.
+
 `layer()` chains the three kernels through the interpreter; `moe_layer_reference()` evaluates the same
 layer per token in float64 from examples/moe.arg's `layer moe` reference block, the ground truth for tests.
 """
@@ -37,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "moe.arg"
+ROUTE_EXAMPLE = EXAMPLE.parent / "moe_route.arg"  # the routing as GPU kernels (route_on_gpu)
 
 
 def route(logits: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -248,3 +253,56 @@ def make_inputs(kernel, dims: dict[str, int], meta: dict[str, np.ndarray], rng: 
         if name in arrays:
             arrays[name] = np.asarray(v).astype(arrays[name].dtype)
     return arrays
+
+
+# ---- routing on the GPU: examples/moe_route.arg's kernels over torch tensors ----
+def _pow2(n: int, lo: int = 32) -> int:
+    p = lo
+    while p < n:
+        p *= 2
+    return p
+
+
+def route_kernels(experts: int, top_k: int, bm: int, path: str | Path = ROUTE_EXAMPLE, device: int = 0) -> dict:
+    """The five routing kernels built and loaded for `experts` experts, top-`top_k`, BM-row tiles. The
+    expert axis is held in registers (BE = the next power of two >= experts, at least 32)."""
+    from argus.codegen.compile import build
+    from argus.codegen.nvrtc import detect_arch
+    from argus.ir.build import build_file
+    from argus.runtime.launch import GpuKernel
+
+    be = _pow2(experts)
+    params = {"moe_route": {"K": top_k, "BE": be}, "moe_sort": {"K": top_k, "BE": be},
+              "moe_schedule": {"BM": bm, "BE": be}, "moe_rows": {"K": top_k}, "moe_gather": {}}
+    arch = detect_arch(device)
+    return {n: GpuKernel(build(build_file(path, p, n), arch=arch), device) for n, p in params.items()}
+
+
+def route_on_gpu(x, logits, top_k: int, bm: int, kernels: dict) -> dict:
+    """Every metadata tensor of moe.arg's kernels (as `metadata()` computes on the host), and Xs, from
+    torch tensors x [T, HID] (bf16) and logits [T, E] (f32) on the GPU. One device-to-host read: the
+    offsets, for the tile count (tile_expert / tile_row are views of the real tiles)."""
+    import torch
+
+    t, e = logits.shape
+    dev = logits.device
+    i32 = dict(dtype=torch.int32, device=dev)
+    m = t * top_k
+    ids = torch.empty((t, top_k), **i32)
+    w = torch.empty((t, top_k), dtype=torch.float32, device=dev)
+    kernels["moe_route"](logits=logits, topk_ids=ids, topk_w=w)
+    pos = torch.empty((t, top_k), **i32)
+    offs = torch.empty((e + 1,), **i32)
+    kernels["moe_sort"](topk_ids=ids, pos=pos, offs=offs)
+    nt = -(-m // bm) + e
+    te, tr, row_tile = torch.empty((nt,), **i32), torch.empty((nt,), **i32), torch.empty((m,), **i32)
+    kernels["moe_schedule"](offs=offs, tile_expert=te, tile_row=tr, row_tile=row_tile)
+    row_token, row_expert = torch.empty((m,), **i32), torch.empty((m,), **i32)
+    kernels["moe_rows"](pos=pos, topk_ids=ids, row_token=row_token, row_expert=row_expert)
+    xs = torch.empty((m, x.shape[1]), dtype=x.dtype, device=dev)
+    kernels["moe_gather"](X=x, row_token=row_token, Xs=xs)
+    counts = np.diff(offs.cpu().numpy().astype(np.int64))
+    tiles = int(((counts + bm - 1) // bm).sum())
+    return {"topk_ids": ids, "topk_w": w, "pos": pos, "offs": offs, "tile_expert": te[:tiles],
+            "tile_row": tr[:tiles], "row_tile": row_tile, "row_token": row_token, "row_expert": row_expert,
+            "Xs": xs}

@@ -12,7 +12,10 @@ the top-k, rows sorted by expert, the BM-row tile schedule), then
   activation) and vs grouped_mm + silu·mul; FLOPs 2·M·HID·2F for all of them;
 * the whole layer from X: gather (torch index_select, the same for both), Argus moe_up, moe_down,
   moe_combine vs torch (grouped_mm, silu·mul, grouped_mm, index_add_ of the weighted rows); routing
-  metadata is computed once and shared (not timed for either).
+  metadata is computed once and shared (not timed for either);
+* the whole layer from X and the router logits, routing timed: Argus's routing kernels
+  (examples/moe_route.arg through argus.moe.route_on_gpu) then moe_up, moe_down, moe_combine, vs torch's
+  topk, softmax, stable argsort, bincount, cumsum, index_select, then the same grouped_mm layer.
 
 Correctness first: outputs poisoned with NaN, fresh random inputs, compared with float64 results
 computed on the GPU per expert (argus.interp.run.compare, the interpreter's criterion). Timing: CUDA
@@ -118,6 +121,34 @@ def run_shape(name: str, kernels: dict, bm: int, iters: int, seed: int) -> dict:
         out.index_add_(0, row_token, y.float() * w_row[:, None])
         return out.to(torch.bfloat16)
 
+    # the layer from the router logits, routing included: Argus's routing kernels (examples/moe_route.arg,
+    # argus.moe.route_on_gpu: one device-to-host read of the offsets for the tile count) against torch's
+    # routing (topk, softmax, a stable argsort of the experts, bincount / cumsum, index_select)
+    rkern = moe.route_kernels(E, K, bm)
+
+    def argus_layer_routed(out_):
+        r = moe.route_on_gpu(x, logits, K, bm, rkern)
+        sc = {n: r[n] for n in ("offs", "tile_expert", "tile_row", "row_tile")}
+        hs_ = torch.empty((M, FF), device=dev, dtype=torch.bfloat16)
+        up(Xs=r["Xs"], Wg=wg, Wu=wu, Hs=hs_, **sc)
+        ys_ = torch.empty((M, HID), device=dev, dtype=torch.bfloat16)
+        down(Hs=hs_, Wd=wd, Ys=ys_, **sc)
+        comb(Ys=ys_, pos=r["pos"], topk_w=r["topk_w"], topk_ids=r["topk_ids"], row_token=r["row_token"],
+             row_expert=r["row_expert"], Out=out_)
+
+    def torch_layer_routed():
+        vals, ids = torch.topk(logits, K, dim=1)
+        w = torch.softmax(vals, dim=1)
+        flat = ids.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        ends = torch.cumsum(torch.bincount(flat, minlength=E), 0).to(torch.int32)
+        tok = order // K
+        gu = torch._grouped_mm(x.index_select(0, tok), wgu, offs=ends)
+        y = torch._grouped_mm(F.silu(gu[:, :FF]) * gu[:, FF:], wd, offs=ends)
+        out = torch.zeros((T, HID), device=dev, dtype=torch.float32)
+        out.index_add_(0, tok, y.float() * w.reshape(-1)[order][:, None])
+        return out.to(torch.bfloat16)
+
     # ---- correctness (float64 per expert on the GPU) ----
     hs = torch.full((M, FF), float("nan"), device=dev, dtype=torch.bfloat16)
     argus_up(xs, hs)
@@ -141,6 +172,11 @@ def run_shape(name: str, kernels: dict, bm: int, iters: int, seed: int) -> dict:
     chk_up = compare("Hs", hs.float().cpu().numpy(), h_ref.cpu().numpy(), bf16)
     chk_layer = compare("Out", out.float().cpu().numpy(), out_ref.cpu().numpy(), bf16)
     chk_torch = compare("Out(torch)", torch_layer().float().cpu().numpy(), out_ref.cpu().numpy(), bf16)
+    out_r = torch.full((T, HID), float("nan"), device=dev, dtype=torch.bfloat16)
+    argus_layer_routed(out_r)
+    chk_routed = compare("Out(routed)", out_r.float().cpu().numpy(), out_ref.cpu().numpy(), bf16)
+    chk_torch_routed = compare("Out(torch routed)", torch_layer_routed().float().cpu().numpy(),
+                               out_ref.cpu().numpy(), bf16)
     del h_ref, y_ref, out_ref
     # ---- the same layer on sampled tokens against examples/moe.arg's `layer moe` reference block, which
     # routes from the logits itself (independent of argus.moe.route); each token sees only its top-k
@@ -154,7 +190,8 @@ def run_shape(name: str, kernels: dict, bm: int, iters: int, seed: int) -> dict:
             wd[sel].double().cpu().numpy(), K, logits=logits[t:t + 1, sel].double().cpu().numpy())[0]
     chk_sample = compare("Out[sample]", out[sample].float().cpu().numpy(), sample_ref, bf16)
     print(f"[{name}] up {chk_up.describe()} | layer {chk_layer.describe()} | layer vs moe.arg's `layer moe` on "
-          f"tokens {sample}: {chk_sample.describe()} | torch layer {chk_torch.describe()}", flush=True)
+          f"tokens {sample}: {chk_sample.describe()} | torch layer {chk_torch.describe()} | layer with GPU routing "
+          f"{chk_routed.describe()} | torch's with its routing {chk_torch_routed.describe()}", flush=True)
 
     # ---- timing ----
     hs_t = torch.empty((M, FF), device=dev, dtype=torch.bfloat16)
@@ -171,6 +208,10 @@ def run_shape(name: str, kernels: dict, bm: int, iters: int, seed: int) -> dict:
     if chk_layer.ok:
         lfns["argus_layer"] = [lambda: argus_layer(out_t)]
     ltimes = time_interleaved(lfns, max(5, iters // 2))
+    rfns = {"torch_layer_routed": [torch_layer_routed]}
+    if chk_routed.ok:
+        rfns["argus_layer_routed"] = [lambda: argus_layer_routed(out_t)]
+    rtimes = time_interleaved(rfns, max(5, iters // 2))
     flops_layer = flops_up + 2.0 * M * FF * HID
 
     def tf(fl, t):
@@ -184,6 +225,9 @@ def run_shape(name: str, kernels: dict, bm: int, iters: int, seed: int) -> dict:
            "grouped_mm_tflops": tf(flops_up, times["grouped_mm"]),
            "grouped_mm_act_tflops": tf(flops_up, times["grouped_mm+act"]),
            "torch_layer_ms": ltimes["torch_layer"].median_ms,
+           "routed_ok": chk_routed.ok, "routed_rel_error": chk_routed.rel_error,
+           "torch_routed_rel_error": chk_torch_routed.rel_error,
+           "torch_layer_routed_ms": rtimes["torch_layer_routed"].median_ms,
            "torch_layer_tflops": tf(flops_layer, ltimes["torch_layer"])}
     if "argus_up" in times:
         row.update(argus_up_tflops=tf(flops_up, times["argus_up"]),
@@ -193,6 +237,9 @@ def run_shape(name: str, kernels: dict, bm: int, iters: int, seed: int) -> dict:
         row.update(argus_layer_ms=ltimes["argus_layer"].median_ms,
                    argus_layer_tflops=tf(flops_layer, ltimes["argus_layer"]),
                    layer_ratio=ltimes["torch_layer"].median_ms / ltimes["argus_layer"].median_ms)
+    if "argus_layer_routed" in rtimes:
+        row.update(argus_layer_routed_ms=rtimes["argus_layer_routed"].median_ms,
+                   layer_routed_ratio=rtimes["torch_layer_routed"].median_ms / rtimes["argus_layer_routed"].median_ms)
     print(json.dumps(row), flush=True)
     return row
 
@@ -212,11 +259,16 @@ def markdown(res: dict, iters: int) -> str:
         f"then timed interleaved in one process (CUDA events, median of {iters}). Up-projection FLOPs "
         "2·M·hidden·2·ffn (gate and up); Argus fuses SiLU(gate)·up and writes [M, ffn], grouped_mm writes "
         "[M, 2·ffn] with no activation (the bar's baseline), grouped_mm+act adds torch's silu·mul. Layer: "
-        "gather, up, down, weighted combine, from X to the output, routing metadata shared and untimed.",
+        "gather, up, down, weighted combine, from X to the output, routing metadata shared and untimed. "
+        "Layer with routing: from X and the router logits, routing timed, Argus's routing kernels "
+        "(examples/moe_route.arg: top-k, sort by expert, tile schedule, row table, gather; one device-to-host "
+        "read of the offsets for the tile count) against torch's topk, softmax, stable argsort, bincount, "
+        "cumsum and index_select before its grouped_mm layer.",
         "",
         "| shape (E, top-k, hidden, ffn) | rows M | tiles | Argus up TFLOP/s | grouped_mm TFLOP/s | **ratio** | "
-        "ratio vs grouped_mm+act | Argus layer ms | torch layer ms | layer ratio | correct (up / layer) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
+        "ratio vs grouped_mm+act | Argus layer ms | torch layer ms | layer ratio | Argus layer with routing ms | "
+        "torch layer with routing ms | **layer with routing ratio** | correct (up / layer / routed) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
     ]
     for r in res["rows"]:
         shape = f"{r['shape']} ({r['E']}, {r['top_k']}, {r['hidden']}, {r['ffn']})"
@@ -225,7 +277,10 @@ def markdown(res: dict, iters: int) -> str:
             f"{r['grouped_mm_tflops']:.1f} | **{r.get('up_ratio', float('nan')):.3f}** | "
             f"{r.get('up_ratio_act', float('nan')):.3f} | {r.get('argus_layer_ms', float('nan')):.3f} | "
             f"{r['torch_layer_ms']:.3f} | {r.get('layer_ratio', float('nan')):.3f} | "
-            f"{'yes' if r['up_ok'] else 'NO'} / {'yes' if r['layer_ok'] else 'NO'} |")
+            f"{r.get('argus_layer_routed_ms', float('nan')):.3f} | {r['torch_layer_routed_ms']:.3f} | "
+            f"**{r.get('layer_routed_ratio', float('nan')):.3f}** | "
+            f"{'yes' if r['up_ok'] else 'NO'} / {'yes' if r['layer_ok'] else 'NO'} / "
+            f"{'yes' if r['routed_ok'] else 'NO'} |")
     lines.append("")
     lines.append("Rows per expert (min–max): " + "; ".join(f"{r['shape']} {r['rows_min']}–{r['rows_max']}"
                                                            for r in res["rows"]) + ". Kernel resources: "
@@ -267,7 +322,7 @@ def main() -> int:
     Path(args.json).write_text(json.dumps(res, indent=1))
     md = markdown(res, args.iters)
     write_markdown(args.md, "moe", md)
-    return 0 if all(r["up_ok"] and r["layer_ok"] for r in res["rows"]) else 1
+    return 0 if all(r["up_ok"] and r["layer_ok"] and r["routed_ok"] for r in res["rows"]) else 1
 
 
 if __name__ == "__main__":

@@ -402,12 +402,15 @@ reference:
     assert "< (R - 1)" in b.generated.source and b.result.binary
 
 
-@pytest.mark.parametrize("params", [{}, {"K": 4, "BT": 16, "BE": 32}])
-def test_moe_sort_compiles_without_spills(params: dict) -> None:
-    """examples/moe_route.arg's second kernel (the compile test above builds each file's first): one-hot
-    counts and [BT, BT] rank comparisons in registers, sm_90a and sm_80 (no Hopper instruction)."""
+@pytest.mark.parametrize(("name", "params"), [("moe_sort", {}), ("moe_sort", {"K": 4, "BT": 16, "BE": 32}),
+                                              ("moe_sort", {"BE": 256}), ("moe_schedule", {}),
+                                              ("moe_rows", {}), ("moe_rows", {"K": 8}), ("moe_gather", {})])
+def test_moe_routing_kernels_compile_without_spills(name: str, params: dict) -> None:
+    """examples/moe_route.arg's kernels after the first (the compile test above builds each file's first),
+    sm_90a and sm_80 (no Hopper instruction): one-hot counts and rank comparisons in registers. moe_schedule
+    at BE=256 (its [BE, BE] prefix) spills, and is left out."""
     path = EXAMPLES / "moe_route.arg"
-    k = build_file(path, params, "moe_sort")
+    k = build_file(path, params, name)
     for arch in ("sm_90a", "sm_80"):
         b = build(k, arch=arch, path=_rel(path), cache=False)
         (res,) = b.resources.values()

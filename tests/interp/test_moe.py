@@ -193,3 +193,39 @@ def test_moe_sort_refuses_an_id_outside_its_experts():
     ids = np.array([[0, 1], [2, 4]], np.int32)  # 4 is not an expert of 4
     with pytest.raises(ArgusError, match="assume"):
         _sorted_on_interp(ids, 4)
+
+
+def _run_route_kernel(name: str, params: dict, arrays: dict, dims: dict) -> dict:
+    execute(build_file(ROUTE, params, name), arrays, dims, {})
+    return arrays
+
+
+@pytest.mark.parametrize(("t", "e", "k", "bm"), [(37, 4, 2, 16), (150, 8, 2, 64), (70, 16, 4, 32)])
+def test_moe_schedule_rows_gather_match_the_host(t, e, k, bm):
+    """moe_schedule, moe_rows and moe_gather (examples/moe_route.arg) in the interpreter against
+    argus.moe's tile_schedule / row_tiles, sort_rows and gather, on a routing with an empty expert."""
+    rng = np.random.default_rng(t + e)
+    logits = rng.standard_normal((t, e))
+    logits[:, 1] = -1e9
+    ids, w = moe.route(logits, k)
+    meta = moe.metadata(ids, w, e, bm)
+    m = t * k
+    nt = -(-m // bm) + e
+    got = _run_route_kernel("moe_schedule", {"BM": bm, "BE": 32}, {
+        "offs": meta["offs"], "tile_expert": np.full(nt, -7, np.int32), "tile_row": np.full(nt, -7, np.int32),
+        "row_tile": np.full(m, -7, np.int32)}, {"E1": e + 1, "NT": nt, "M": m})
+    tiles = len(meta["tile_expert"])
+    assert got["tile_expert"][:tiles].tolist() == meta["tile_expert"].tolist()
+    assert got["tile_row"][:tiles].tolist() == meta["tile_row"].tolist()
+    assert (got["tile_expert"][tiles:] == e - 1).all() and (got["tile_row"][tiles:] == m).all()  # empty tiles
+    assert got["row_tile"].tolist() == meta["row_tile"].tolist()
+    got = _run_route_kernel("moe_rows", {"K": k, "BR": 32, "BP": 16}, {
+        "pos": meta["pos"], "topk_ids": ids, "row_token": np.full(m, -7, np.int32),
+        "row_expert": np.full(m, -7, np.int32)}, {"T": t, "KTOP": k, "M": m})
+    assert got["row_token"].tolist() == meta["row_token"].tolist()
+    assert got["row_expert"].tolist() == meta["row_expert"].tolist()
+    x = moe._bf16(rng.standard_normal((t, 40)))
+    got = _run_route_kernel("moe_gather", {"BH": 32}, {
+        "X": x, "row_token": meta["row_token"], "Xs": np.full((m, 40), np.nan, np.float32)},
+        {"T": t, "HID": 40, "M": m})
+    assert np.array_equal(got["Xs"], moe.gather(x, meta["row_token"]))

@@ -109,3 +109,66 @@ def test_moe_sort_on_gpu(t: int, e: int, k: int, params: dict) -> None:
     rows = moe.sort_rows(ids, e)
     assert offs.cpu().numpy().tolist() == rows.offs.tolist()
     assert (pos.cpu().numpy() == rows.pos).all()
+
+
+@gpu
+@pytest.mark.parametrize("routing", ROUTINGS + [dict(tokens=2000, experts=64, top_k=2, hid=256, ffn=128),
+                                                dict(tokens=500, experts=128, top_k=8, hid=128, ffn=128)],
+                         ids=IDS + ["T2000-E64-k2", "T500-E128-k8"])
+def test_route_on_gpu_matches_the_host_routing(routing: dict) -> None:
+    """examples/moe_route.arg's five kernels (argus.moe.route_on_gpu) against argus.moe's host routing:
+    every metadata tensor exact (weights to f32 rounding), Xs exact, an expert without tokens."""
+    import torch
+
+    t, e, k = routing["tokens"], routing["experts"], routing["top_k"]
+    rng = np.random.default_rng(t + e)
+    logits = rng.standard_normal((t, e)).astype(np.float32)
+    if routing.get("empty_expert", True):
+        logits[:, e - 1] = -1e9
+    x = moe._bf16(rng.standard_normal((t, routing["hid"])))
+    bm = 64
+    got = moe.route_on_gpu(torch.from_numpy(x).cuda().to(torch.bfloat16), torch.from_numpy(logits).cuda(), k, bm,
+                           moe.route_kernels(e, k, bm))
+    ids, w = moe.route(logits, k)
+    want = moe.metadata(ids, w, e, bm)
+    for name, v in want.items():
+        g = got[name].cpu().numpy()
+        if name == "topk_w":
+            assert np.allclose(g, v, rtol=1e-5, atol=1e-6), name
+        else:
+            assert g.tolist() == v.tolist(), name
+    assert np.array_equal(got["Xs"].float().cpu().numpy(), moe.gather(x, want["row_token"]))
+
+
+@gpu
+def test_moe_layer_with_gpu_routing() -> None:
+    """The whole layer on the GPU from the logits: route_on_gpu, then moe_up, moe_down, moe_combine, against
+    the layer computed per token in float64 (examples/moe.arg's `layer moe`)."""
+    import torch
+
+    from argus.dsl.types import DTYPES
+    from argus.interp.run import compare
+    from argus.runtime.bench import to_device
+
+    rng = np.random.default_rng(11)
+    T, E, K, HID, FF = 333, 8, 2, 256, 192
+    x = moe._bf16(rng.standard_normal((T, HID)))
+    wg, wu = (moe._bf16(rng.standard_normal((E, HID, FF)) / HID ** 0.5) for _ in range(2))
+    wd = moe._bf16(rng.standard_normal((E, FF, HID)) / FF ** 0.5)
+    logits = rng.standard_normal((T, E)).astype(np.float32)
+    kernels = {n: _gpu_kernel(build_file(MOE, {}, n)) for n in ("moe_up", "moe_down", "moe_combine")}
+    bm = int(kernels["moe_up"].ir.param_dict["BM"])
+    r = moe.route_on_gpu(to_device(x, "bf16"), torch.from_numpy(logits).cuda(), K, bm, moe.route_kernels(E, K, bm))
+    sched = {n: r[n] for n in ("offs", "tile_expert", "tile_row", "row_tile")}
+    M = T * K
+    hs = torch.full((M, FF), float("nan"), device="cuda", dtype=torch.bfloat16)
+    ys = torch.full((M, HID), float("nan"), device="cuda", dtype=torch.bfloat16)
+    out = torch.full((T, HID), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kernels["moe_up"](Xs=r["Xs"], Wg=to_device(wg, "bf16"), Wu=to_device(wu, "bf16"), Hs=hs, **sched)
+    kernels["moe_down"](Hs=hs, Wd=to_device(wd, "bf16"), Ys=ys, **sched)
+    kernels["moe_combine"](Ys=ys, pos=r["pos"], topk_w=r["topk_w"], topk_ids=r["topk_ids"], row_token=r["row_token"],
+                           row_expert=r["row_expert"], Out=out)
+    torch.cuda.synchronize()
+    ref = moe.moe_layer_reference(x, wg, wu, wd, K, logits=logits)
+    check = compare("Out", out.float().cpu().numpy(), ref, DTYPES["bf16"])
+    assert check.ok, check.describe()
