@@ -245,12 +245,14 @@ def routed_inputs(kernel, defines: dict, seed: int | None = None) -> tuple[dict[
 
 def make_inputs(kernel, dims: dict[str, int], meta: dict[str, np.ndarray], rng: np.random.Generator
                 ) -> dict[str, np.ndarray]:
-    """Random float inputs (bf16-rounded), the given metadata, outputs poisoned with NaN."""
+    """Random float inputs (bf16-rounded), the given metadata (for inputs only: a routing kernel's outputs,
+    pos or row_token, are metadata names too), outputs poisoned with NaN."""
     from argus.interp.run import make_arrays
 
     arrays = make_arrays(kernel, dims, rng)
     for name, v in meta.items():
-        if name in arrays:
+        # an output keeps its poison: filled with the routing's answer, a kernel that writes nothing would pass
+        if name in arrays and name not in kernel.outputs:
             arrays[name] = np.asarray(v).astype(arrays[name].dtype)
     return arrays
 

@@ -320,7 +320,9 @@ class RoutedInputs:
         dims, meta = self._routing(kernel, shape, seed, adversarial)
         arrays = big_inputs(kernel, dims, rng)
         for name, val in meta.items():
-            if name in arrays:
+            # a routing kernel's outputs (pos, row_token, ...) are metadata names too: they stay poisoned, or a
+            # candidate that writes nothing would be judged correct
+            if name in arrays and name not in kernel.outputs:
                 arrays[name] = np.asarray(val).astype(arrays[name].dtype)
         return dims, arrays
 

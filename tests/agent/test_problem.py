@@ -180,3 +180,16 @@ def test_tune_a_file_of_several_kernels_and_a_layer(tmp_path, capsys):
     name, note = choose_kernel(load_source(MOE), "moe", {})
     assert name == "moe_up" and note.startswith("'moe' is a layer")
     assert choose_kernel(load_source(MOE), "moe_down", {}) == ("moe_down", "")
+
+
+def test_routed_inputs_leave_a_routing_kernels_outputs_poisoned():
+    """moe_sort's outputs (pos, offs) are routing metadata names: the referee's inputs must keep them
+    poisoned, or a candidate that writes nothing would be judged correct (the metadata holds the answer)."""
+    from argus.ir.build import build_file
+
+    k = build_file(EXAMPLES / "moe_route.arg", {}, "moe_sort")
+    assert isinstance(problem_for(k), RoutedInputs)
+    dims, arrays = RoutedInputs().arrays(k, {"T": 300, "E": 8, "KTOP": 2, "HID": 64, "F": 64},
+                                         np.random.default_rng(0))
+    assert (arrays["pos"] == -1).all() and (arrays["offs"] == -1).all()
+    assert ((arrays["topk_ids"] >= 0) & (arrays["topk_ids"] < 8)).all()

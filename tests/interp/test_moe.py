@@ -229,3 +229,13 @@ def test_moe_schedule_rows_gather_match_the_host(t, e, k, bm):
         "X": x, "row_token": meta["row_token"], "Xs": np.full((m, 40), np.nan, np.float32)},
         {"T": t, "HID": 40, "M": m})
     assert np.array_equal(got["Xs"], moe.gather(x, meta["row_token"]))
+
+
+def test_routed_inputs_leave_a_routing_kernels_outputs_poisoned():
+    """moe_sort's outputs (pos, offs) are routing metadata names too: make_inputs must not fill them with
+    the routing's answer (a kernel that wrote nothing would then pass its check)."""
+    k = build_file(ROUTE, {}, "moe_sort")
+    dims, meta = moe.routed_dims(k, tokens=50, experts=8)
+    arrays = moe.make_inputs(k, dims, meta, np.random.default_rng(0))
+    assert np.array_equal(arrays["topk_ids"], meta["topk_ids"])
+    assert not np.array_equal(arrays["pos"], meta["pos"]) and not np.array_equal(arrays["offs"], meta["offs"])
