@@ -20,14 +20,16 @@ Metadata (all int32):
   row_expert[pos[t, k]] == topk_ids[t, k].
 - `tile_expert[NT]`, `tile_row[NT]`: one entry per BM-row tile of each expert's segment, in expert
   order; tile j of expert e starts at row offs[e] + j * BM, and the last tile of an expert may run
-  past its segment (the kernels mask those rows with where=). Experts without rows get no tile.
+  past its segment (the kernels mask those rows with where=). Experts without rows get no tile. A tile
+  may also be empty (tile_row = offs[tile_expert + 1]): the GPU schedule pads to cdiv(M, BM) + E tiles
+  with (E - 1, M), and moe_up / moe_down skip such a block.
 - `row_tile[M]`: the tile that stores each row (the schedule's inverse). moe_up / moe_down state
   the schedule contract with it (assume(lambda ..., over=...)), which is what lets the verifier prove
   that every row of Hs / Ys is written exactly once.
 
 On the GPU, `route_on_gpu()` computes the same metadata (and Xs) with the kernels of examples/moe_route.arg
-(moe_route, moe_sort, moe_schedule, moe_rows, moe_gather); only the tile count, which sets the next
-kernels' grid, is read back to the host.
+(moe_route, moe_sort, moe_schedule, moe_rows, moe_gather), nothing read back to the host: the tile
+schedule is padded to its bound with empty tiles, which moe_up and moe_down skip.
 
 `layer()` chains the three kernels through the interpreter; `moe_layer_reference()` evaluates the same
 layer per token in float64 from examples/moe.arg's `layer moe` reference block, the ground truth for tests.
@@ -282,8 +284,9 @@ def route_kernels(experts: int, top_k: int, bm: int, path: str | Path = ROUTE_EX
 
 def route_on_gpu(x, logits, top_k: int, bm: int, kernels: dict) -> dict:
     """Every metadata tensor of moe.arg's kernels (as `metadata()` computes on the host), and Xs, from
-    torch tensors x [T, HID] (bf16) and logits [T, E] (f32) on the GPU. One device-to-host read: the
-    offsets, for the tile count (tile_expert / tile_row are views of the real tiles)."""
+    torch tensors x [T, HID] (bf16) and logits [T, E] (f32) on the GPU, with no read back to the host: the
+    tile schedule is padded to its bound cdiv(M, BM) + E with empty tiles (expert E - 1, first row M),
+    which moe_up and moe_down skip, so their grid is known before the routing runs."""
     import torch
 
     t, e = logits.shape
@@ -303,8 +306,5 @@ def route_on_gpu(x, logits, top_k: int, bm: int, kernels: dict) -> dict:
     kernels["moe_rows"](pos=pos, topk_ids=ids, row_token=row_token, row_expert=row_expert)
     xs = torch.empty((m, x.shape[1]), dtype=x.dtype, device=dev)
     kernels["moe_gather"](X=x, row_token=row_token, Xs=xs)
-    counts = np.diff(offs.cpu().numpy().astype(np.int64))
-    tiles = int(((counts + bm - 1) // bm).sum())
-    return {"topk_ids": ids, "topk_w": w, "pos": pos, "offs": offs, "tile_expert": te[:tiles],
-            "tile_row": tr[:tiles], "row_tile": row_tile, "row_token": row_token, "row_expert": row_expert,
-            "Xs": xs}
+    return {"topk_ids": ids, "topk_w": w, "pos": pos, "offs": offs, "tile_expert": te, "tile_row": tr,
+            "row_tile": row_tile, "row_token": row_token, "row_expert": row_expert, "Xs": xs}

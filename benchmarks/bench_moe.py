@@ -122,7 +122,7 @@ def run_shape(name: str, kernels: dict, bm: int, iters: int, seed: int) -> dict:
         return out.to(torch.bfloat16)
 
     # the layer from the router logits, routing included: Argus's routing kernels (examples/moe_route.arg,
-    # argus.moe.route_on_gpu: one device-to-host read of the offsets for the tile count) against torch's
+    # argus.moe.route_on_gpu: nothing read back, the schedule padded with empty tiles) against torch's
     # routing (topk, softmax, a stable argsort of the experts, bincount / cumsum, index_select)
     rkern = moe.route_kernels(E, K, bm)
 
@@ -261,8 +261,8 @@ def markdown(res: dict, iters: int) -> str:
         "[M, 2·ffn] with no activation (the bar's baseline), grouped_mm+act adds torch's silu·mul. Layer: "
         "gather, up, down, weighted combine, from X to the output, routing metadata shared and untimed. "
         "Layer with routing: from X and the router logits, routing timed, Argus's routing kernels "
-        "(examples/moe_route.arg: top-k, sort by expert, tile schedule, row table, gather; one device-to-host "
-        "read of the offsets for the tile count) against torch's topk, softmax, stable argsort, bincount, "
+        "(examples/moe_route.arg: top-k, sort by expert, tile schedule padded with empty tiles, row table, "
+        "gather; nothing read back to the host) against torch's topk, softmax, stable argsort, bincount, "
         "cumsum and index_select before its grouped_mm layer.",
         "",
         "| shape (E, top-k, hidden, ffn) | rows M | tiles | Argus up TFLOP/s | grouped_mm TFLOP/s | **ratio** | "

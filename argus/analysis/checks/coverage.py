@@ -120,13 +120,35 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
             atomic_coverage(cov, a, live, out)
             continue
         if any(data_dependent([s for s in t.stores if s.view.base == out], c) for t, c in live):
+            skipped = [(t, c) for t, c in live if _covered_elsewhere(t, c, out, live)]
             for trace, ctx in live:
-                data_coverage(cov, a, trace, ctx, out)
+                if any(trace is t for t, _c in skipped):
+                    continue
+                # with a path that skips the stores, a witness block must be shown to take a storing path
+                data_coverage(cov, a, trace, ctx, out, witness_takes_path=bool(skipped))
         elif any(t.tiles for t, _ in live):
             tile_coverage(cov, a, live, out)
         else:
             block_coverage(cov, a, live, out)
     return {k: (cov.status[k], cov.findings[k]) for k in CODES}
+
+
+def _covered_elsewhere(trace, ctx, out: str, live) -> bool:
+    """A path that stores nothing to `out` (a block that skips an empty MoE tile) is left to the paths that
+    do when one of them has every constraint this path has that is free of the block ids (its dims and
+    assumes: the same configuration, the storing path refined only by choices inside the branch, such as
+    a loop's trip count). There each element is proved written by a witness block shown to take the
+    storing path (coverage_data: the witness's branch conditions are obligations, not facts). A path
+    whose configuration no storing path shares is checked on its own (and found unwritten)."""
+    if any(s.view.base == out for s in trace.stores):
+        return False
+    names = {str(b) for b in ctx.block}
+
+    def config(t) -> set:
+        return {x.get_id() for x in t.constraints if not isinstance(x, bool) and not T.mentions(x, names)}
+
+    mine = config(trace)
+    return any(mine <= config(t) for t, _c in live if any(s.view.base == out for s in t.stores))
 
 
 # ---- writers are blocks ----

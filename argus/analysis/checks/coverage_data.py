@@ -29,7 +29,7 @@ def data_dependent(stores, ctx) -> list[str]:
     return sorted(found)
 
 
-def data_coverage(cov, a, trace, ctx, out: str) -> None:
+def data_coverage(cov, a, trace, ctx, out: str, witness_takes_path: bool = False) -> None:
     """Coverage of an output whose written elements depend on tensor contents (a host schedule).
 
     Every block satisfies the kernel's assumes, so the constraints that mention the block ids are
@@ -38,7 +38,12 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
     position inside each block's tile. "Written twice" asks for two distinct blocks writing one
     element; "unwritten" for an element that none of the candidate blocks writes, the candidates for a
     data-dependent block id being the tensor reads of the instantiated contract (e.g. row_tile[r]).
-    Without a contract that settles it, the answer is a claim that replay must confirm."""
+    Without a contract that settles it, the answer is a claim that replay must confirm.
+
+    `witness_takes_path` (another path stores nothing to `out`: `if r0 < r_end:` around the stores): a
+    witness writes the element only on this path, so its branch conditions on the block are obligations
+    of "unwritten" rather than facts. Otherwise they stay facts: every path makes the same stores, and a
+    trip count's choice (n_kv == 1) is not a condition of writing."""
     from argus.analysis.checks.coverage import covers as covers_at
     from argus.analysis.checks.coverage_remap import remap
 
@@ -71,14 +76,18 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
         return z3.And(*[z3.And(b >= 0, b < as_int(g)) for b, g in zip(blk, ctx.grid)])
 
     per_block = [x for x in constraints if not isinstance(x, bool) and T.mentions(x, block_names)]
+    # this path's branch conditions on the block (`if r0 < r_end:` around the stores): a witness block
+    # writes the element only if it takes the path, which "unwritten" must prove, not assume (asserted
+    # with the assumes, a witness taking another path would be counted as writing)
+    decisions = [x for x in per_block if x.get_id() not in ctx.assumed] if witness_takes_path else []
     mono = sequences.monotone(ctx, block_names)
     probe = z3.Int("_probe_q")
     global_q = {id(q): not T.mentions(ctx.instantiate(q, probe), block_names) for q in ctx.quantified}
     fns = {f.name() for f in ctx.functions.values()}
 
-    def facts(blk, stores_for_local) -> list:
+    def facts(blk, stores_for_local, with_decisions: bool = True) -> list:
         sub = list(zip(ctx.block, blk))
-        out_f = [z3.substitute(x, *sub) for x in per_block]
+        out_f = [z3.substitute(x, *sub) for x in per_block if with_decisions or x.get_id() in ctx.assumed]
         # the contract at the element's coordinates, at its position in the block's tile, and at the
         # block's own index (a schedule contract over tiles: tile_expert[u] == row_expert[tile_row[u]])
         vals = list(c) + [b for b in blk if not (z3.is_int_value(b) and b.as_long() == 0)]
@@ -161,8 +170,9 @@ def data_coverage(cov, a, trace, ctx, out: str) -> None:
             combos.append(tuple(cb))
         none, extra = [], list(lemmas)
         for cb in combos:
-            extra += facts(cb, stores)
-            none.append(z3.Not(z3.And(in_grid(cb), z3.Or(*[covers(st, cb) for st in stores]))))
+            extra += facts(cb, stores, with_decisions=not witness_takes_path)
+            takes = [z3.substitute(x, *zip(ctx.block, cb)) for x in decisions]
+            none.append(z3.Not(z3.And(in_grid(cb), *takes, z3.Or(*[covers(st, cb) for st in stores]))))
         formula = z3.And(in_range, *glob, *extra, *none) if stores else in_range
         cov.record("output-unwritten", base, formula, ctx, c, out,
                    f"output '{out}' has elements no block writes", stores[0].span if stores else a.kernel.span,

@@ -566,17 +566,39 @@ def _check_register_operands(kernel: ir.Kernel) -> None:
                                 "or stage it through a shared buffer")
 
     scope(kernel.body, kernel.threads)
-    for s in kernel.body:
+    for s in _roles(kernel.body):
+        scope(s.body, s.warpgroups * 128)
+
+
+def _roles(body: tuple[ir.Stmt, ...]) -> list[ir.Role]:
+    """The roles of a block, at any depth of its control flow (`if r0 < r_end:` around them: an MoE tile
+    the schedule leaves empty skips the whole block)."""
+    out: list[ir.Role] = []
+    for s in body:
         if isinstance(s, ir.Role):
-            scope(s.body, s.warpgroups * 128)
+            out.append(s)
+            continue
+        for f in ("body", "then", "orelse"):
+            if hasattr(s, f):
+                out.extend(_roles(getattr(s, f)))
+    return out
+
+
+def _in_roles(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    """Every role of `body` (at any depth) with its own scope's layouts; the rest as it is."""
+    out = []
+    for s in body:
+        if isinstance(s, ir.Role):
+            out.append(dataclasses.replace(s, body=_assign_scope(s.body, s.warpgroups * 128)))
+            continue
+        changes = {f: _in_roles(getattr(s, f)) for f in ("body", "then", "orelse") if hasattr(s, f)}
+        out.append(dataclasses.replace(s, **changes) if changes else s)
+    return tuple(out)
 
 
 def assign_tile_layouts(kernel: ir.Kernel) -> ir.Kernel:
     """Give every register tile of every scope (the block outside roles, each role) a RegLayout."""
-    body = _assign_scope(kernel.body, kernel.threads)
-    body = tuple(dataclasses.replace(s, body=_assign_scope(s.body, s.warpgroups * 128)) if isinstance(s, ir.Role)
-                 else s for s in body)
-    return dataclasses.replace(kernel, body=body)
+    return dataclasses.replace(kernel, body=_in_roles(_assign_scope(kernel.body, kernel.threads)))
 
 
 # ---- shared buffers ------------------------------------------------------------------------------------
