@@ -28,7 +28,7 @@ Metadata (all int32):
   that every row of Hs / Ys is written exactly once.
 
 On the GPU, `route_on_gpu()` computes the same metadata (and Xs) with the kernels of examples/moe_route.arg
-(moe_route, moe_sort, moe_schedule, moe_rows, moe_gather), nothing read back to the host: the tile
+(moe_route, moe_count + moe_place, moe_schedule, moe_rows, moe_gather), nothing read back to the host: the tile
 schedule is padded to its bound with empty tiles, which moe_up and moe_down skip.
 
 `layer()` chains the three kernels through the interpreter; `moe_layer_reference()` evaluates the same
@@ -268,7 +268,7 @@ def _pow2(n: int, lo: int = 32) -> int:
 
 
 def route_kernels(experts: int, top_k: int, bm: int, path: str | Path = ROUTE_EXAMPLE, device: int = 0) -> dict:
-    """The five routing kernels built and loaded for `experts` experts, top-`top_k`, BM-row tiles. The
+    """The routing kernels built and loaded for `experts` experts, top-`top_k`, BM-row tiles. The
     expert axis is held in registers (BE = the next power of two >= experts, at least 32)."""
     from argus.codegen.compile import build
     from argus.codegen.nvrtc import detect_arch
@@ -276,7 +276,8 @@ def route_kernels(experts: int, top_k: int, bm: int, path: str | Path = ROUTE_EX
     from argus.runtime.launch import GpuKernel
 
     be = _pow2(experts)
-    params = {"moe_route": {"K": top_k, "BE": be}, "moe_sort": {"K": top_k, "BE": be},
+    params = {"moe_route": {"K": top_k, "BE": be}, "moe_count": {"K": top_k, "BE": be},
+              "moe_place": {"K": top_k, "BE": be},
               "moe_schedule": {"BM": bm, "BE": be}, "moe_rows": {"K": top_k}, "moe_gather": {}}
     arch = detect_arch(device)
     return {n: GpuKernel(build(build_file(path, p, n), arch=arch), device) for n, p in params.items()}
@@ -298,7 +299,11 @@ def route_on_gpu(x, logits, top_k: int, bm: int, kernels: dict) -> dict:
     kernels["moe_route"](logits=logits, topk_ids=ids, topk_w=w)
     pos = torch.empty((t, top_k), **i32)
     offs = torch.empty((e + 1,), **i32)
-    kernels["moe_sort"](topk_ids=ids, pos=pos, offs=offs)
+    be = int(kernels["moe_count"].ir.param_dict["BE"])
+    chunks = -(-t // int(kernels["moe_count"].ir.param_dict["BT"]))
+    h, g = torch.empty((chunks, be), **i32), torch.empty((chunks, be), **i32)  # per-chunk counts
+    kernels["moe_count"](topk_ids=ids, H=h, G=g)
+    kernels["moe_place"](topk_ids=ids, H=h, G=g, pos=pos, offs=offs)
     nt = -(-m // bm) + e
     te, tr, row_tile = torch.empty((nt,), **i32), torch.empty((nt,), **i32), torch.empty((m,), **i32)
     kernels["moe_schedule"](offs=offs, tile_expert=te, tile_row=tr, row_tile=row_tile)

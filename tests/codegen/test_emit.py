@@ -404,7 +404,8 @@ reference:
 
 @pytest.mark.parametrize(("name", "params"), [("moe_sort", {}), ("moe_sort", {"K": 4, "BT": 16, "BE": 32}),
                                               ("moe_sort", {"BE": 256}), ("moe_schedule", {}),
-                                              ("moe_rows", {}), ("moe_rows", {"K": 8}), ("moe_gather", {})])
+                                              ("moe_rows", {}), ("moe_rows", {"K": 8}), ("moe_gather", {}),
+                                              ("moe_count", {"K": 8, "BE": 256}), ("moe_place", {"K": 8, "BE": 256})])
 def test_moe_routing_kernels_compile_without_spills(name: str, params: dict) -> None:
     """examples/moe_route.arg's kernels after the first (the compile test above builds each file's first),
     sm_90a and sm_80 (no Hopper instruction): one-hot counts and rank comparisons in registers. moe_schedule

@@ -239,3 +239,22 @@ def test_routed_inputs_leave_a_routing_kernels_outputs_poisoned():
     arrays = moe.make_inputs(k, dims, meta, np.random.default_rng(0))
     assert np.array_equal(arrays["topk_ids"], meta["topk_ids"])
     assert not np.array_equal(arrays["pos"], meta["pos"]) and not np.array_equal(arrays["offs"], meta["offs"])
+
+
+@pytest.mark.parametrize(("t", "e", "k", "params"), [(37, 4, 2, {}), (150, 8, 2, {"BT": 32}),
+                                                     (70, 16, 4, {"BT": 16, "BE": 32})])
+def test_moe_count_and_place_match_the_host_sort(t, e, k, params):
+    """The two linear passes route_on_gpu runs (moe_count, then moe_place) against argus.moe.sort_rows."""
+    logits = np.random.default_rng(t).standard_normal((t, e))
+    logits[:, 1] = -1e9
+    ids, _ = moe.route(logits, k)
+    p = {"K": k, **params}
+    bt, be = p.get("BT", 64), p.get("BE", 64)
+    nb = -(-t // bt)
+    hg = {"H": np.full((nb, be), -7, np.int32), "G": np.full((nb, be), -7, np.int32)}
+    got = _run_route_kernel("moe_count", p, {"topk_ids": ids, **hg}, {"T": t, "KTOP": k, "NB": nb, "BE1": be})
+    pos, offs = np.full(ids.shape, -7, np.int32), np.full(e + 1, -7, np.int32)
+    _run_route_kernel("moe_place", p, {"topk_ids": ids, "H": got["H"], "G": got["G"], "pos": pos, "offs": offs},
+                      {"T": t, "KTOP": k, "NB": nb, "BE1": be, "E1": e + 1})
+    rows = moe.sort_rows(ids, e)
+    assert offs.tolist() == rows.offs.tolist() and pos.tolist() == rows.pos.tolist()
