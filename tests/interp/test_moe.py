@@ -85,6 +85,32 @@ def test_kernel_matches_reference(name):
         assert c.ok, c.describe()
 
 
+@pytest.mark.parametrize("name", ["moe_up", "moe_down"])
+def test_kernel_skips_the_empty_tiles_of_a_padded_schedule(name):
+    """The schedule the GPU routing builds (moe_schedule): padded to cdiv(M, BM) + E tiles with empty ones
+    (expert E - 1, first row M), which the kernel's `if r0 < r_end:` skips; the output against the reference."""
+    k = build_file(PATH, SMALL, name)
+    dims, meta = moe.routed_dims(k, tokens=37, experts=4, top_k=2, bm=SMALL["BM"], hid=72, ffn=80)
+    nt = -(-dims["M"] // SMALL["BM"]) + 4
+    pad = nt - len(meta["tile_expert"])
+    assert pad > 0
+    meta = {**meta, "tile_expert": np.concatenate([meta["tile_expert"], np.full(pad, 3, np.int32)]),
+            "tile_row": np.concatenate([meta["tile_row"], np.full(pad, dims["M"], np.int32)])}
+    dims = {**dims, "NT": nt}
+    arrays = moe.make_inputs(k, dims, meta, np.random.default_rng(1))
+    inputs = {n: a.copy() for n, a in arrays.items()}
+    execute(k, arrays, dims, {})
+    from argus.dsl.reference import evaluate_reference
+
+    env = {n: a.astype(np.float64) if a.dtype.kind == "f" else a for n, a in inputs.items()}
+    env.update(dims)
+    env.update(k.param_dict)
+    ref = evaluate_reference(k.reference, env)
+    for o in k.outputs:
+        c = compare(o, arrays[o], ref[o], k.tensor(o).dtype)
+        assert c.ok, c.describe()
+
+
 @pytest.mark.parametrize("order", [None, "reverse"])
 def test_layer_matches_float64_reference(order):
     x, logits, wg, wu, wd = _problem()
