@@ -263,9 +263,24 @@ def tile_ring(prod: ir.Role, cons: ir.Role, np_, nc, step_ring: tuple[str, str],
     return plan
 
 
+def _role_list(body: tuple[ir.Stmt, ...]) -> tuple[ir.Role, ...]:
+    """The roles of the first statement list that holds any: the kernel body's, or a branch's around them
+    (`if r0 < r_end:` before an MoE tile's roles)."""
+    roles = tuple(s for s in body if isinstance(s, ir.Role))
+    if roles:
+        return roles
+    for s in body:
+        if isinstance(s, ir.If):  # a branch only: roles inside a loop would start a ring per trip
+            for branch in (s.then, s.orelse):
+                got = _role_list(branch)
+                if got:
+                    return got
+    return ()
+
+
 def kernel_ring_plan(kernel: ir.Kernel) -> RingPlan | None:
-    """The ring of a kernel whose body holds exactly two roles, or None."""
-    roles = tuple(s for s in kernel.body if isinstance(s, ir.Role))
+    """The ring of a kernel whose body (or a branch of it) holds exactly two roles, or None."""
+    roles = _role_list(kernel.body)
     if len(roles) != 2:
         return None
     plan = ring_plan(roles, {s.name: s for s in walk(kernel.body) if isinstance(s, ir.AllocBarrier)})
