@@ -62,6 +62,19 @@ kernel k(X: f32[R, C], n: i32[1], Y: f32[R, C]):
     assert (y[:3] == x[:3]).all() and (y[3:] == -1).all()
 
 
+def _assert_matches_reference(k, inputs: dict, arrays: dict, dims: dict) -> None:
+    """Every output of the run (`arrays`) against the kernel's float64 reference on its `inputs`."""
+    from argus.dsl.reference import evaluate_reference
+
+    env = {n: a.astype(np.float64) if a.dtype.kind == "f" else a for n, a in inputs.items()}
+    env.update(dims)
+    env.update(k.param_dict)
+    ref = evaluate_reference(k.reference, env)
+    for o in k.outputs:
+        c = compare(o, arrays[o], ref[o], k.tensor(o).dtype)
+        assert c.ok, c.describe()
+
+
 @pytest.mark.parametrize("name", ["moe_up", "moe_down", "moe_combine"])
 def test_kernel_matches_reference(name):
     params = SMALL if name != "moe_combine" else {"BH": 64}
@@ -74,15 +87,7 @@ def test_kernel_matches_reference(name):
     inputs = {n: a.copy() for n, a in arrays.items()}
     hazards = execute(k, arrays, dims, {}, observe_hazards=True)
     assert not hazards, hazards
-    from argus.dsl.reference import evaluate_reference
-
-    env = {n: a.astype(np.float64) if a.dtype.kind == "f" else a for n, a in inputs.items()}
-    env.update(dims)
-    env.update(k.param_dict)
-    ref = evaluate_reference(k.reference, env)
-    for o in k.outputs:
-        c = compare(o, arrays[o], ref[o], k.tensor(o).dtype)
-        assert c.ok, c.describe()
+    _assert_matches_reference(k, inputs, arrays, dims)
 
 
 @pytest.mark.parametrize("name", ["moe_up", "moe_down"])
@@ -100,15 +105,7 @@ def test_kernel_skips_the_empty_tiles_of_a_padded_schedule(name):
     arrays = moe.make_inputs(k, dims, meta, np.random.default_rng(1))
     inputs = {n: a.copy() for n, a in arrays.items()}
     execute(k, arrays, dims, {})
-    from argus.dsl.reference import evaluate_reference
-
-    env = {n: a.astype(np.float64) if a.dtype.kind == "f" else a for n, a in inputs.items()}
-    env.update(dims)
-    env.update(k.param_dict)
-    ref = evaluate_reference(k.reference, env)
-    for o in k.outputs:
-        c = compare(o, arrays[o], ref[o], k.tensor(o).dtype)
-        assert c.ok, c.describe()
+    _assert_matches_reference(k, inputs, arrays, dims)
 
 
 @pytest.mark.parametrize("order", [None, "reverse"])
