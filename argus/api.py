@@ -104,10 +104,25 @@ class Kernel:
         """What a GPU launch on these arrays runs: the specialization or route their dims and layouts pick
         (a route may take a transposed view); this kernel's own checks (layout, assumes) apply to the rest,
         before any compile."""
+        from argus.runtime.arguments import fast_bind, layout_key
+
+        k = self._lowered()
+        fast = fast_bind(k, args, kwargs)
+        key = layout_key(k, fast) if fast is not None else None
+        targets = self.__dict__.setdefault("_targets", {})  # layout -> target: the checks passed once for it
+        if key is not None and key in targets:
+            return targets[key]
+        found = self._target_checked(k, args, kwargs)
+        if key is not None:
+            if len(targets) >= 64:
+                targets.pop(next(iter(targets)))
+            targets[key] = found
+        return found
+
+    def _target_checked(self, k: ir.Kernel, args: tuple, kwargs: dict) -> tuple[Kernel | Layer, int]:
         from argus.runtime.arguments import bind_arguments, launch_facts, validate
         from argus.runtime.arrays import ArgumentError
 
-        k = self._lowered()
         bound = bind_arguments(k, args, kwargs)
         try:
             facts = launch_facts(k, bound)

@@ -22,7 +22,15 @@ import numpy as np
 from argus.interp.numerics import round_to, storage_dtype
 from argus.ir import nodes as ir
 from argus.ir.transform import walk
-from argus.runtime.arrays import ArgumentError, ArrayInfo, ShapeBindings, bind_shape, check_array, declared_type
+from argus.runtime.arrays import (
+    ArgumentError,
+    ArrayInfo,
+    ShapeBindings,
+    bind_shape,
+    check_array,
+    declared_type,
+    module_root,
+)
 
 
 def bind_arguments(kernel: ir.Kernel, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -119,6 +127,52 @@ def check_preconditions(kernel: ir.Kernel, dims: dict[str, int], scalars: dict[s
         if isinstance(st, ir.Assume) and not m.scalar(st.cond):
             values = ", ".join(f"{d}={v}" for d, v in dims.items())
             raise ArgumentError(f"precondition assume({show(st.cond)}) does not hold for {values}", st.span)
+
+
+# ---- repeated GPU calls: what makes two calls' checks the same ----
+
+def fast_bind(k: ir.Kernel, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """Arguments by name when the call is well formed, else None (the full path reports the error)."""
+    names = [t.name for t in k.tensors] + [s.name for s in k.scalars]
+    if len(args) > len(names):
+        return None
+    bound = dict(zip(names, args))
+    for n, v in kwargs.items():
+        if n in bound or n not in names:
+            return None
+        bound[n] = v
+    for s in k.scalars:
+        if s.name not in bound:
+            if s.default is None:
+                return None
+            bound[s.name] = s.default
+    return bound if len(bound) == len(names) else None
+
+
+def _array_layout(a: Any) -> tuple | None:
+    """(framework, dtype, shape, strides, device) of a torch tensor or cupy array: everything `prepare`
+    checks and derives from an array except its address. None for other objects (no fast path)."""
+    root = module_root(a)
+    if root == "torch" and hasattr(a, "data_ptr"):
+        return ("torch", a.dtype, tuple(a.shape), a.stride(), a.device)
+    if root == "cupy" and hasattr(a, "data") and hasattr(a, "device"):
+        return ("cupy", a.dtype.str, a.shape, a.strides, a.device.id)
+    return None
+
+
+def layout_key(k: ir.Kernel, bound: dict[str, Any]) -> tuple | None:
+    parts: list[Any] = []
+    for t in k.tensors:
+        lay = _array_layout(bound[t.name])
+        if lay is None:
+            return None
+        parts.append(lay)
+    for s in k.scalars:
+        v = bound[s.name]
+        if type(v) not in (int, float, bool):
+            return None
+        parts.append((type(v), v))
+    return tuple(parts)
 
 
 # ---- NumPy arrays (the interpreter) ----

@@ -337,11 +337,7 @@ class Kernel:
         packed = _pack_args(self, args, arg_names)
         handle = _stream_handle(stream, args, self.device)
         if cluster is None:
-            _check(
-                driver.cuLaunchKernel(self.handle, *g, *b, int(smem), handle, packed.address, 0),
-                "cuLaunchKernel",
-                f"kernel {self.name}, grid {g}, block {b}, {smem} B dynamic smem",
-            )
+            self.enqueue(g, b, smem, handle, packed)
         else:
             c = _dim3(cluster, "cluster")
             if any(gi % ci for gi, ci in zip(g, c, strict=True)):
@@ -362,6 +358,17 @@ class Kernel:
                 f"kernel {self.name}, grid {g}, block {b}, cluster {c}, {smem} B dynamic smem",
             )
         del packed  # the driver copied the parameter values during the launch call
+
+    def enqueue(self, grid: tuple[int, int, int], block: tuple[int, int, int], smem: int, stream: int,
+                packed: _Packed) -> None:
+        """cuLaunchKernel with arguments already packed and a launch `launch` has checked once (block
+        size, dynamic shared memory opted in): the repeated-call path of argus.runtime.launch."""
+        ensure_context(self.device)
+        _check(
+            _driver().cuLaunchKernel(self.handle, *grid, *block, int(smem), stream, packed.address, 0),
+            "cuLaunchKernel",
+            f"kernel {self.name}, grid {grid}, block {block}, {smem} B dynamic smem",
+        )
 
     def __call__(self, *args: Any, grid: Dim3, block: Dim3, **kw: Any) -> None:
         self.launch(grid, block, args, **kw)

@@ -26,7 +26,13 @@ from argus.codegen.spec import GeneratedKernel
 from argus.interp.machine import grid_size
 from argus.ir import nodes as ir
 from argus.runtime import driver as drv
-from argus.runtime.arguments import bind_arguments, check_preconditions, validate  # noqa: F401 (re-exported)
+from argus.runtime.arguments import (  # noqa: F401 (bind_arguments, check_preconditions re-exported)
+    bind_arguments,
+    check_preconditions,
+    fast_bind,
+    layout_key,
+    validate,
+)
 from argus.runtime.arrays import ITEMSIZE, ArgumentError, ArrayInfo, array_info, module_root
 
 
@@ -100,12 +106,21 @@ class Launch:
     pre: list[Callable[[], None]] = field(default_factory=list)
     keep: list[Any] = field(default_factory=list)  # arrays and tensor maps the arguments point into
     post: list[Callable[[], None]] = field(default_factory=list)  # padded outputs copied back
+    tmap_args: list[tuple] = field(default_factory=list)  # make_tensor_map's arguments per tensor map
+
+    packed: Any = field(default=None, repr=False)  # the arguments packed by the first launch
 
     def __call__(self) -> None:
         for p in self.pre:
             p()
-        self.kernel.launch(self.grid, self.block, self.args, smem=self.smem, stream=self.stream,
-                           arg_names=self.names)
+        if self.packed is None:  # the first launch checks block size and shared memory, and packs
+            self.kernel.launch(self.grid, self.block, self.args, smem=self.smem, stream=self.stream,
+                               arg_names=self.names)
+            self.packed = (drv._dim3(self.grid, "grid"), drv._dim3(self.block, "block"),
+                           drv._pack_args(self.kernel, self.args, self.names))
+        else:
+            grid, block, packed = self.packed
+            self.kernel.enqueue(grid, block, self.smem, self.stream, packed)
         for p in self.post:
             p()
 
@@ -118,6 +133,7 @@ class GpuKernel:
         self.device = device
         self.module = drv.load_module(built.result, device=device)
         self.fn = self.module.kernel(built.generated.name)
+        self._plans: dict[tuple, _Plan] = {}  # layout key -> a checked launch (see __call__)
 
     @property
     def generated(self) -> GeneratedKernel:
@@ -154,15 +170,16 @@ class GpuKernel:
             pre.append(_copier(padded, orig, info.shape[-1], into_padded=True))
             if written:
                 post.append(_copier(padded, orig, info.shape[-1], into_padded=False))
-        tmaps = []
+        tmaps, tmap_args = [], []
         for spec in gen.tensor_maps:
             info = infos[spec.tensor]
             item = ITEMSIZE[info.dtype]
             rank = len(info.shape)
             box = spec.box(rank)  # the axes other than the tile's two are indexed
-            tm = drv.make_tensor_map(info.ptr, info.dtype, info.shape, [st * item for st in info.strides],
-                                     box, spec.swizzle)
+            margs = (info.ptr, info.dtype, info.shape, [st * item for st in info.strides], box, spec.swizzle)
+            tm = drv.make_tensor_map(*margs)
             tmaps.append(tm)
+            tmap_args.append(margs)
             keep.append(tm)
         values: list[Any] = []
         for p in gen.params:
@@ -181,7 +198,83 @@ class GpuKernel:
         grid = grid_size(k, dims, scalars)
         launch_stream = drv._stream_handle(stream, list(arrays.values()), device)
         return Launch(self.fn, grid, gen.threads, gen.smem_bytes, values, [p.name for p in gen.params],
-                      launch_stream, pre, keep, post)
+                      launch_stream, pre, keep, post, tmap_args)
 
     def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> None:
-        self.prepare(*args, stream=stream, **kwargs)()
+        """Launch on these arrays. A call whose arguments have the layout of an earlier call (dtypes,
+        shapes, strides, devices, scalar values) reuses that call's checked plan and only swaps in the new
+        pointers (and re-encodes tensor maps): launching costs microseconds, not a full `prepare`."""
+        bound = fast_bind(self.ir, args, kwargs)
+        key = layout_key(self.ir, bound) if bound is not None else None
+        plan = self._plans.get(key) if key is not None else None
+        if plan is not None and plan.launch(bound, stream):
+            return
+        launch = self.prepare(*args, stream=stream, **kwargs)
+        launch()
+        if key is not None and not launch.pre and not launch.post:
+            if len(self._plans) >= _PLANS:
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[key] = _Plan.of(self, launch)
+
+
+# ---- repeated calls ----
+
+_PLANS = 16  # layouts remembered per kernel (oldest dropped first)
+
+
+def _address(a: Any) -> int:
+    return int(a.data_ptr()) if module_root(a) == "torch" else int(a.data.ptr)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A launch checked once for one layout of the arguments; `launch` fills in this call's addresses.
+
+    Holds no user array (the addresses are the call's): a tensor map is re-encoded when its tensor's
+    address differs from the one it was built for."""
+
+    gk: GpuKernel
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    values: tuple[Any, ...]  # the first call's parameter values; tensor and tensor-map slots are replaced
+    names: tuple[str, ...]
+    tensors: tuple[tuple[int, str], ...]  # (parameter index, argument name) of each pointer parameter
+    tmaps: tuple[tuple[int, str, tuple], ...]  # (parameter index, argument name, make_tensor_map args)
+    aligned: tuple[str, ...]  # arguments read or written 16 bytes at a time: their address must be aligned
+    built_for: dict[int, tuple[int, Any]]  # parameter index -> (address, tensor map) last encoded
+
+    @staticmethod
+    def of(gk: GpuKernel, launch: Launch) -> _Plan:
+        gen = gk.generated
+        tensors, tmaps = [], []
+        built_for: dict[int, tuple[int, Any]] = {}
+        for i, p in enumerate(gen.params):
+            if p.kind == "tensor":
+                tensors.append((i, p.arg))
+            elif p.kind not in ("stride", "dim", "scalar"):  # a tensor map
+                margs = launch.tmap_args[p.tmap]
+                tmaps.append((i, gen.tensor_maps[p.tmap].tensor, margs))
+                built_for[i] = (margs[0], launch.args[i])
+        aligned = tuple(dict.fromkeys(gen.aligned_inputs + gen.bulk_outputs))
+        return _Plan(gk, drv._dim3(launch.grid, "grid"), drv._dim3(launch.block, "block"), launch.smem,
+                     tuple(launch.args), tuple(launch.names), tuple(tensors), tuple(tmaps), aligned, built_for)
+
+    def launch(self, bound: dict[str, Any], stream: Any) -> bool:
+        """Enqueue on these arrays; False when one needs what `prepare` does (an unaligned address)."""
+        addr = {n: _address(bound[n]) for n in {n for _, n in self.tensors} | {n for _, n, _ in self.tmaps}}
+        if any(addr[n] % 16 for n in self.aligned if n in addr):
+            return False
+        values = list(self.values)
+        for i, n in self.tensors:
+            values[i] = addr[n]
+        for i, n, margs in self.tmaps:
+            old_addr, tm = self.built_for[i]
+            if old_addr != addr[n]:
+                tm = drv.make_tensor_map(addr[n], *margs[1:])
+                self.built_for[i] = (addr[n], tm)
+            values[i] = tm
+        fn = self.gk.fn
+        handle = drv._stream_handle(stream, list(bound.values()), self.gk.device)
+        fn.enqueue(self.grid, self.block, self.smem, handle, drv._pack_args(fn, values, self.names))
+        return True

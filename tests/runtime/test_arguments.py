@@ -63,3 +63,19 @@ def test_convert_rounds_inputs_and_writes_outputs_back():
     call.arrays["Y"][:] = 7.0
     call.finish()
     np.testing.assert_array_equal(y, 7.0)
+
+
+def test_fast_binding_leaves_malformed_calls_to_the_checked_path():
+    """fast_bind / layout_key decide when a GPU call may reuse an earlier call's checks: a call that is
+    malformed, or whose arrays or scalars the key cannot describe, gets None (the full, checked path)."""
+    from argus.runtime.arguments import fast_bind, layout_key
+
+    k = build_source(MIXED)
+    x, i, y = object(), object(), object()
+    assert fast_bind(k, (x, i), {"Y": y}) == {"X": x, "I": i, "Y": y, "s": 3}
+    assert fast_bind(k, (x, i, y, 4), {}) == {"X": x, "I": i, "Y": y, "s": 4}
+    assert fast_bind(k, (x, i), {"Y": y, "t": 1}) is None  # no argument t
+    assert fast_bind(k, (x, i), {"I": y, "Y": y}) is None  # I given twice
+    assert fast_bind(k, (x, i), {}) is None  # Y missing
+    assert fast_bind(k, (x, i, y, 4, 5), {}) is None  # too many
+    assert layout_key(k, {"X": x, "I": i, "Y": y, "s": 3}) is None  # not torch / cupy arrays

@@ -193,6 +193,45 @@ def test_python_api_launches_torch_arrays() -> None:
 
 
 @gpu
+def test_repeated_calls_swap_in_each_calls_arrays() -> None:
+    """The second and later calls of one layout reuse the first call's checked plan (argus.runtime.launch
+    _Plan): each must still run on its own arrays - new addresses, TMA descriptors re-encoded - and an
+    address that is not 16-byte aligned must take the padded-copy path again."""
+    import torch
+
+    from argus.codegen.compile import build
+    from argus.runtime.launch import GpuKernel
+
+    gk = GpuKernel(build(build_file(EXAMPLES / "gemm_ws.arg", {"SMS": 5}), arch=ARCH), 0)
+    M, N, K = 200, 136, 264
+    for i in range(4):
+        a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+        b = torch.randn(K, N, device="cuda").to(torch.bfloat16)
+        keep = torch.empty(1000 * (i + 1), device="cuda")  # moves later allocations  # noqa: F841
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        gk(a, b, c)
+        ref = a.double() @ b.double()
+        assert not torch.isnan(c).any() and float((c.double() - ref).norm() / ref.norm()) < 1e-2, i
+    assert len(gk._plans) == 1
+    # the same layout at an address 2 bytes past an aligned one: rows padded by the full path, still right
+    big = torch.randn(M * K + 8, device="cuda").to(torch.bfloat16)
+    a = big[1:1 + M * K].view(M, K)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gk(a, b, c)
+    ref = a.double() @ b.double()
+    assert not torch.isnan(c).any() and float((c.double() - ref).norm() / ref.norm()) < 1e-2
+    # scalars are part of the layout: another alpha is another plan, and each call uses its own
+    ek = GpuKernel(build(build_source(ELEMENTWISE), arch=ARCH), 0)
+    x = torch.randn(100, 64, device="cuda")
+    for alpha in (2.0, 3.0, 2.0):
+        y = torch.full((100, 64), float("nan"), device="cuda", dtype=torch.bfloat16)
+        ek(x, y, alpha=alpha)
+        want = torch.where(x > 0, x * alpha, torch.exp2(x))
+        assert torch.allclose(y.float(), want, rtol=1e-2, atol=1e-2), alpha
+    assert len(ek._plans) == 2
+
+
+@gpu
 def test_cli_run_bench(capsys) -> None:
     from argus.cli import main
 
