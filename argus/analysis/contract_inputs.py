@@ -353,6 +353,18 @@ def _diversify(s: z3.Solver, kernel: ir.Kernel, dims: dict, fns: dict, limit: in
             s.add(f(*[z3.IntVal(i) for i in a]) != f(*[z3.IntVal(i) for i in b]))
             if s.check() != z3.sat:
                 s.pop()
+    # two tables of one shape (two offset arrays): the same solution for both hides a kernel that reads
+    # the wrong one, so ask them to differ somewhere
+    tables = [(t, fns[t.name]) for t in data_tensors(kernel) if t.name in fns]
+    for (t1, f1), (t2, f2) in itertools.combinations(tables, 2):
+        if t1.dims != t2.dims:
+            continue
+        shape = tuple(d if isinstance(d, int) else dims[d] for d in t1.dims)
+        cells = list(itertools.islice(itertools.product(*(range(n) for n in shape)), limit))
+        s.push()
+        s.add(z3.Or(*[f1(*map(z3.IntVal, a)) != f2(*map(z3.IntVal, a)) for a in cells]))
+        if s.check() != z3.sat:
+            s.pop()
     budget(s, 20000)
 
 

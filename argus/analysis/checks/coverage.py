@@ -121,11 +121,16 @@ def run(a: Analysis) -> dict[str, tuple[str, list[Finding]]]:
             continue
         if any(data_dependent([s for s in t.stores if s.view.base == out], c) for t, c in live):
             skipped = [(t, c) for t, c in live if _covered_elsewhere(t, c, out, live)]
+            storing = [(t, c) for t, c in live if any(s.view.base == out for s in t.stores)]
             for trace, ctx in live:
                 if any(trace is t for t, _c in skipped):
                     continue
-                # with a path that skips the stores, a witness block must be shown to take a storing path
-                data_coverage(cov, a, trace, ctx, out, witness_takes_path=bool(skipped))
+                mine = signature([s for s in trace.stores if s.view.base == out])
+                others = [(t, c) for t, c in storing
+                          if t is not trace and signature([s for s in t.stores if s.view.base == out]) != mine]
+                # with a path that skips the stores, a witness block must be shown to take a storing path;
+                # with paths that store elsewhere, any storing path
+                data_coverage(cov, a, trace, ctx, out, witness_takes_path=bool(skipped), others=others)
         elif any(t.tiles for t, _ in live):
             tile_coverage(cov, a, live, out)
         else:

@@ -29,7 +29,7 @@ def data_dependent(stores, ctx) -> list[str]:
     return sorted(found)
 
 
-def data_coverage(cov, a, trace, ctx, out: str, witness_takes_path: bool = False) -> None:
+def data_coverage(cov, a, trace, ctx, out: str, witness_takes_path: bool = False, others=()) -> None:
     """Coverage of an output whose written elements depend on tensor contents (a host schedule).
 
     Every block satisfies the kernel's assumes, so the constraints that mention the block ids are
@@ -43,7 +43,13 @@ def data_coverage(cov, a, trace, ctx, out: str, witness_takes_path: bool = False
     `witness_takes_path` (another path stores nothing to `out`: `if r0 < r_end:` around the stores): a
     witness writes the element only on this path, so its branch conditions on the block are obligations
     of "unwritten" rather than facts. Otherwise they stay facts: every path makes the same stores, and a
-    trip count's choice (n_kv == 1) is not a condition of writing."""
+    trip count's choice (n_kv == 1) is not a condition of writing.
+
+    `others`: the other paths (trace, ctx) that store to `out` different elements than this one (which
+    path a block takes depends on data: `if load(flag[b]) > 0:`). Each path alone covering the output
+    proves nothing about a launch whose blocks take different paths, so the witness of an element may
+    take any storing path (its branch conditions are obligations), and two blocks taking different paths
+    must not write one element."""
     from argus.analysis.checks.coverage import covers as covers_at
     from argus.analysis.checks.coverage_remap import remap
 
@@ -62,6 +68,15 @@ def data_coverage(cov, a, trace, ctx, out: str, witness_takes_path: bool = False
             stores, constraints, ctx = r.stores, r.constraints, r.ctx
             remapped = ""
             exact = _exact(stores, ctx)
+    if others:
+        witness_takes_path = True
+        exact = exact and all(_exact([s for s in t.stores if s.view.base == out], cx) for t, cx in others)
+        if remapped == "":  # this path's blocks renamed, the others' not
+            for code in ("output-written-twice", "output-unwritten"):
+                if not cov.done(code, out):
+                    cov.unknown(code, stores[0].span, f"'{out}' is stored at different elements on different paths "
+                                "through a remapped tile schedule (not modelled)")
+            return
     t = a.kernel.tensor(out)
     dims = [as_int(d) if isinstance(d, int) else ctx.dims[d] for d in t.dims]
     c = tuple(z3.Int(f"{out}_c{d}") for d in range(len(dims)))
@@ -85,9 +100,10 @@ def data_coverage(cov, a, trace, ctx, out: str, witness_takes_path: bool = False
     global_q = {id(q): not T.mentions(ctx.instantiate(q, probe), block_names) for q in ctx.quantified}
     fns = {f.name() for f in ctx.functions.values()}
 
-    def facts(blk, stores_for_local, with_decisions: bool = True) -> list:
+    def facts(blk, stores_for_local, with_decisions: bool = True, path=None) -> list:
+        pb, pctx = (per_block, ctx) if path is None else path
         sub = list(zip(ctx.block, blk))
-        out_f = [z3.substitute(x, *sub) for x in per_block if with_decisions or x.get_id() in ctx.assumed]
+        out_f = [z3.substitute(x, *sub) for x in pb if with_decisions or x.get_id() in pctx.assumed]
         # the contract at the element's coordinates, at its position in the block's tile, and at the
         # block's own index (a schedule contract over tiles: tile_expert[u] == row_expert[tile_row[u]])
         vals = list(c) + [b for b in blk if not (z3.is_int_value(b) and b.as_long() == 0)]
@@ -95,15 +111,31 @@ def data_coverage(cov, a, trace, ctx, out: str, witness_takes_path: bool = False
             starts = [z3.substitute(as_int(x), *sub) for x in st.view.starts]
             vals += [c[ax] - s0 for ax, (s0, e) in enumerate(zip(starts, st.view.extents)) if e is not None]
         free = []  # instances of a block-independent contract hold at any index, in the grid or not
-        for q in ctx.quantified:
+        for q in pctx.quantified:
             for v in vals:
-                inst = ctx.instantiate(q, v)
-                (free if global_q[id(q)] else out_f).append(z3.substitute(inst, *sub))
+                inst = pctx.instantiate(q, v)
+                free_q = global_q.get(id(q))
+                if free_q is None:
+                    free_q = global_q[id(q)] = not T.mentions(pctx.instantiate(q, probe), block_names)
+                (free if free_q else out_f).append(z3.substitute(inst, *sub))
         return ([z3.Implies(in_grid(blk), z3.And(*out_f))] if out_f else []) + free
+
+    # the other storing paths: (stores, per-block constraints, ctx, branch conditions on the block)
+    other = []
+    for t_o, c_o in others:
+        pb_o = [x for x in t_o.constraints if not isinstance(x, bool) and T.mentions(x, block_names)]
+        other.append(([s for s in t_o.stores if s.view.base == out], pb_o, c_o,
+                      [x for x in pb_o if x.get_id() not in c_o.assumed]))
 
     if not cov.done("output-written-twice", out) and stores:
         b1, b2, pairs = _two_writers(stores, covers, len(ctx.block))
         formula = z3.And(in_range, in_grid(b1), in_grid(b2), *facts(b1, stores), *facts(b2, stores), z3.Or(*pairs))
+        # a block on this path and another on a path that stores elsewhere: no element of both
+        cross = [z3.And(*facts(b2, st_o, path=(pb_o, c_o)),
+                        z3.Or(*[z3.And(covers(s1, b1), covers(s2, b2)) for s1 in stores for s2 in st_o]))
+                 for st_o, pb_o, c_o, _d in other]
+        if cross:
+            formula = z3.Or(formula, z3.And(in_range, in_grid(b1), in_grid(b2), *facts(b1, stores), z3.Or(*cross)))
         if mono:
             formula = z3.And(formula, *sequences.order_lemmas(formula, mono))
         cov.record("output-written-twice", base, formula, ctx, c, out,
@@ -125,12 +157,14 @@ def data_coverage(cov, a, trace, ctx, out: str, witness_takes_path: bool = False
                     and not any(x.eq(y) for y in reads):
                 reads.append(x)
             todo.extend(x.children())
+        defs = _definitions(ctx, fns)
         cands_per_axis = []
         lemmas: list = []
         deferred: dict[int, list] = {}  # axis -> (start, ext, ax): affine in the block, offset by other blocks
+        every = stores + [st for st_o, _p, _c, _d in other for st in st_o]
         for k, b in enumerate(ctx.block):
             opts = []
-            for st in stores:
+            for st in every:
                 for ax, (start, ext) in enumerate(zip(st.view.starts, st.view.extents)):
                     e = as_int(start)
                     if not T.mentions(e, {str(b)}):
@@ -146,6 +180,14 @@ def data_coverage(cov, a, trace, ctx, out: str, witness_takes_path: bool = False
                         deferred.setdefault(k, []).append((at0, size, ax))
                     else:
                         opts.extend(reads)
+                        # a start read from a table the contract defines (rows[u] == u * BR): the
+                        # definition's affine form names the writer (a candidate; covers() decides)
+                        d = _defined(e, defs)
+                        if d is not None and not d.eq(e):
+                            d0 = z3.simplify(z3.substitute(d, (b, z3.IntVal(0))))
+                            dstep = z3.simplify(z3.substitute(d, (b, z3.IntVal(1))) - d0)
+                            if z3.is_int_value(dstep) and dstep.as_long() == size and not T.mentions(d0, block_names):
+                                opts.append((c[ax] - d0) / size)
                         # a block that reads an offset table at its own index (cu[b]): the segment
                         # holding the element's coordinate names it (sequences.segment_witness)
                         for name in seg:
@@ -172,7 +214,12 @@ def data_coverage(cov, a, trace, ctx, out: str, witness_takes_path: bool = False
         for cb in combos:
             extra += facts(cb, stores, with_decisions=not witness_takes_path)
             takes = [z3.substitute(x, *zip(ctx.block, cb)) for x in decisions]
-            none.append(z3.Not(z3.And(in_grid(cb), *takes, z3.Or(*[covers(st, cb) for st in stores]))))
+            writes = [z3.And(*takes, z3.Or(*[covers(st, cb) for st in stores]))]
+            for st_o, pb_o, c_o, d_o in other:  # or the witness takes another storing path
+                takes_o = [z3.substitute(x, *zip(ctx.block, cb)) for x in d_o]
+                extra.append(z3.Implies(z3.And(*takes_o), z3.And(*facts(cb, st_o, False, (pb_o, c_o)))))
+                writes.append(z3.And(*takes_o, z3.Or(*[covers(st, cb) for st in st_o])))
+            none.append(z3.Not(z3.And(in_grid(cb), z3.Or(*writes))))
         formula = z3.And(in_range, *glob, *extra, *none) if stores else in_range
         cov.record("output-unwritten", base, formula, ctx, c, out,
                    f"output '{out}' has elements no block writes", stores[0].span if stores else a.kernel.span,
@@ -230,3 +277,37 @@ def _direct_index(e, block: str, fns: set[str]) -> bool:
     if z3.is_const(e) and str(e) == block:
         return False
     return all(_direct_index(x, block, fns) for x in e.children())
+
+
+def _definitions(ctx, fns: set[str]) -> dict:
+    """Tables the quantified contract defines pointwise: name -> (index variable, its value), from
+    conjuncts `load(F[u]) == g(u)` of `assume(lambda u: ..., over=N)` with g free of F."""
+    u = z3.Int("_def_u")
+    defs = {}
+    for q in ctx.quantified:
+        f = ctx.instantiate(q, u)
+        body = f.arg(1) if z3.is_implies(f) else f
+        for x in body.children() if z3.is_and(body) else [body]:
+            if not z3.is_eq(x):
+                continue
+            for lhs, rhs in ((x.arg(0), x.arg(1)), (x.arg(1), x.arg(0))):
+                name = lhs.decl().name() if z3.is_app(lhs) else None
+                if name in fns and lhs.num_args() == 1 and lhs.arg(0).eq(u) and not _reads(rhs, name):
+                    defs.setdefault(name, (u, rhs))
+    return defs
+
+
+def _reads(e, name: str) -> bool:
+    return (z3.is_app(e) and e.decl().name() == name) or any(_reads(x, name) for x in e.children())
+
+
+def _defined(e, defs: dict):
+    """`e` with each read of a defined table replaced by its definition at the read's index."""
+    if not defs:
+        return None
+    if z3.is_app(e) and e.decl().name() in defs and e.num_args() == 1:
+        u, rhs = defs[e.decl().name()]
+        return z3.substitute(rhs, (u, _defined(e.arg(0), defs)))
+    if z3.is_app(e) and e.num_args() > 0:
+        return e.decl()(*[_defined(x, defs) for x in e.children()])
+    return e
