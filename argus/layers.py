@@ -544,6 +544,14 @@ class Layer:
 
     def prepare(self, *args: Any, stream: Any = None, **kwargs: Any):
         """Workspaces allocated and every call's launch prepared (GPU arrays): a callable that runs the layer."""
+        return self._steps(args, kwargs, stream, now=False)
+
+    def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> None:
+        """Run the layer: workspaces allocated, each call launched as it comes (a GPU kernel called again
+        with one layout reuses its first call's checks, argus.runtime.launch)."""
+        self._steps(args, kwargs, stream, now=True)
+
+    def _steps(self, args: tuple, kwargs: dict, stream: Any, now: bool):
         bound = self._bind(args, kwargs)
         dims = self._dims(bound)
         env = integers(self.plan, dims, layer_params(self.node, self.params),
@@ -565,14 +573,15 @@ class Layer:
                 k = self._kernel(s, call_params(s, env))
                 cargs = [(_transposed(arrays[n], host) if f else arrays[n]) if n in arrays else env[n]
                          for n, f in zip(s.args, _flips(s))]
-                if host:
+                if now and host:
+                    k(*cargs)
+                elif now:
+                    k(*cargs, stream=stream)
+                elif host:
                     launches.append(lambda k=k, cargs=cargs: k(*cargs))
                 else:
                     launches.append(k.prepare(*cargs, stream=stream))
         return _Sequence(tuple(launches), arrays)
-
-    def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> None:
-        self.prepare(*args, stream=stream, **kwargs)()
 
 
 @dataclass(frozen=True)
