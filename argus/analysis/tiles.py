@@ -53,7 +53,7 @@ class TileRules:
         v = self.scalar(e.value)
         if isinstance(e.value, ir.Const):
             term = T.lit_for(e.value.value)
-        elif _is_neg_inf(e.value):
+        elif _is_neg_inf(e.value, e.type.dtype):
             term = T.MINF
         else:
             term = self._scalar_term(e.value)
@@ -126,7 +126,8 @@ class TileRules:
             got = [self.scalar_tags(y) for y in subs]
             if all(t is None for t in got):
                 return None
-            tags = [t if t is not None else ElemTags({}, T.MINF if _is_neg_inf(y) else self._scalar_term(y), "")
+            fill = x.type.dtype if isinstance(x, ir.Select) else None
+            tags = [t if t is not None else ElemTags({}, T.MINF if _is_neg_inf(y, fill) else self._scalar_term(y), "")
                     for y, t in zip(subs, got)]
             if isinstance(x, ir.Select):
                 c = to_bool(self.scalar(x.cond))
@@ -142,8 +143,9 @@ class TileRules:
             return combine(tags[0], tags[1], x.fn if isinstance(x, ir.Math) else x.op)
         return None
 
-    def _operands(self, exprs) -> list[SymTile]:
-        """Each operand as a SymTile (scalars become constant tiles of rank 0)."""
+    def _operands(self, exprs, fill=None) -> list[SymTile]:
+        """Each operand as a SymTile (scalars become constant tiles of rank 0); `fill`: the dtype a select
+        picks its operands into (an integer tile's minimum is its -inf there, see _is_neg_inf)."""
         out = []
         for x in exprs:
             v = self.value(x)
@@ -157,7 +159,7 @@ class TileRules:
             elif (got := self.scalar_tags(x)) is not None:
                 tags = got  # a scalar computed from tensor reads: their origins
             else:
-                tags = ElemTags({}, T.MINF if _is_neg_inf(x) else self._scalar_term(x), "")
+                tags = ElemTags({}, T.MINF if _is_neg_inf(x, fill) else self._scalar_term(x), "")
             val = v if (isinstance(v, (int, bool)) or z3.is_int(v) or z3.is_bool(v)) else None
             out.append(SymTile((), lambda idx, t=tags: t, None, None,
                                (lambda idx, c=val: c) if val is not None else None))
@@ -300,7 +302,7 @@ class TileRules:
         return self._elementwise(ops, e.type.shape, lambda ts: unary(ts[0], "neg" if e.op == "-" else e.op), vf)
 
     def _v_Select(self, e: ir.Select):
-        cond, a, b = self._operands((e.cond, e.a, e.b))
+        cond, a, b = self._operands((e.cond, e.a, e.b), e.type.dtype)
         n = len(e.type.shape)
         tiles = [t for t in (a, b) if t.shape]
         layout = next((t.layout for t in tiles if t.layout is not None), None)
@@ -487,8 +489,12 @@ def _domains(bound: tuple) -> list:
     return []
 
 
-def _is_neg_inf(e) -> bool:
+def _is_neg_inf(e, dtype=None) -> bool:
+    """-inf, or (a fill selected into a signed integer tile of `dtype`) that type's minimum: no element of
+    the tile is below it, so as a maximum's candidate it is what -inf is to floats."""
     if isinstance(e, ir.Const):
+        if dtype is not None and dtype.kind == "int" and isinstance(e.value, int) and not isinstance(e.value, bool):
+            return e.value <= -(2 ** (dtype.bits - 1))
         return isinstance(e.value, float) and e.value == float("-inf")
     if isinstance(e, ir.Un) and e.op == "-" and isinstance(e.a, ir.Const):
         return isinstance(e.a.value, float) and e.a.value == float("inf")
