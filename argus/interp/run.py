@@ -9,7 +9,7 @@ import numpy as np
 
 from argus.dsl.diagnostics import error
 from argus.dsl.reference import evaluate_reference
-from argus.dsl.types import TileT
+from argus.dsl.types import ScalarT, TileT
 from argus.interp.budget import check_dims, check_fits, paced_blocks
 from argus.interp.machine import execute, grid_size
 from argus.interp.numerics import (
@@ -93,7 +93,13 @@ def shape_of(t: ir.TensorDecl, dims: dict[str, int]) -> tuple[int, ...]:
 
 
 def make_arrays(kernel: ir.Kernel, dims: dict[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Fresh random inputs (never zeros) rounded to their dtype; outputs poisoned with NaN (or -1)."""
+    """Fresh random inputs (never zeros) rounded to their dtype; outputs poisoned with NaN (or -1).
+
+    A signed integer tensor the kernel reads only as tiles (values, never an index: only a scalar load
+    can index memory or steer control flow) draws negative values too, so a sign error shows (a
+    maximum over a zero-filled tail of an i32 row); one read by scalar loads keeps small non-negative
+    values (indices, counts, lengths)."""
+    indexing = {e.ref.base for e in walk(kernel.body) if isinstance(e, ir.Load) and isinstance(e.type, ScalarT)}
     arrays = {}
     for t in kernel.tensors:
         shape = shape_of(t, dims)
@@ -101,6 +107,8 @@ def make_arrays(kernel: ir.Kernel, dims: dict[str, int], rng: np.random.Generato
             arrays[t.name] = np.full(shape, poison(t.dtype), storage_dtype(t.dtype))
         elif t.dtype.is_float:
             arrays[t.name] = round_to(rng.standard_normal(shape), t.dtype)
+        elif t.dtype.kind == "int" and t.dtype.bits >= 32 and t.name not in indexing:
+            arrays[t.name] = rng.integers(-8, 8, size=shape).astype(storage_dtype(t.dtype))
         else:
             arrays[t.name] = random_ints(t.dtype, shape, rng)
     return arrays
