@@ -203,7 +203,8 @@ class GpuKernel:
     def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> None:
         """Launch on these arrays. A call whose arguments have the layout of an earlier call (dtypes,
         shapes, strides, devices, scalar values) reuses that call's checked plan and only swaps in the new
-        pointers (and re-encodes tensor maps): launching costs microseconds, not a full `prepare`."""
+        pointers (and re-encodes tensor maps that moved) instead of a full `prepare` (argument checks,
+        assumes, grid, packing)."""
         bound = fast_bind(self.ir, args, kwargs)
         key = layout_key(self.ir, bound) if bound is not None else None
         plan = self._plans.get(key) if key is not None else None
