@@ -154,7 +154,7 @@ def _array_layout(a: Any) -> tuple | None:
     checks and derives from an array except its address. None for other objects (no fast path)."""
     root = module_root(a)
     if root == "torch" and hasattr(a, "data_ptr"):
-        return ("torch", a.dtype, tuple(a.shape), a.stride(), a.device)
+        return ("torch", a.dtype, tuple(a.shape), a.stride(), a.device.type, a.device.index)
     if root == "cupy" and hasattr(a, "data") and hasattr(a, "device"):
         return ("cupy", a.dtype.str, a.shape, a.strides, a.device.id)
     return None
