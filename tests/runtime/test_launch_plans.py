@@ -84,6 +84,9 @@ def encoded(monkeypatch):
         return ctypes.c_uint64(int(ptr))
 
     monkeypatch.setattr(drv, "make_tensor_map", fake)
+    # the stand-ins look like torch tensors: with torch installed (a CPU build in CI) the launch would ask
+    # torch for its current CUDA stream; the recorder launches on stream 0
+    monkeypatch.setattr(drv, "current_stream", lambda args, device=0: 0)
     return seen
 
 
