@@ -132,21 +132,11 @@ def check_preconditions(kernel: ir.Kernel, dims: dict[str, int], scalars: dict[s
 # ---- repeated GPU calls: what makes two calls' checks the same ----
 
 def fast_bind(k: ir.Kernel, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any] | None:
-    """Arguments by name when the call is well formed, else None (the full path reports the error)."""
-    names = [t.name for t in k.tensors] + [s.name for s in k.scalars]
-    if len(args) > len(names):
+    """bind_arguments, or None when the call is malformed (the full, checked path then reports why)."""
+    try:
+        return bind_arguments(k, args, kwargs)
+    except ArgumentError:
         return None
-    bound = dict(zip(names, args))
-    for n, v in kwargs.items():
-        if n in bound or n not in names:
-            return None
-        bound[n] = v
-    for s in k.scalars:
-        if s.name not in bound:
-            if s.default is None:
-                return None
-            bound[s.name] = s.default
-    return bound if len(bound) == len(names) else None
 
 
 def _array_layout(a: Any) -> tuple | None:
